@@ -1,0 +1,261 @@
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// EnvRedis is the environment variable that decides what happens to the
+// real-Redis backend; see the package documentation for its values.
+const EnvRedis = "LATCHKEY_REDIS"
+
+const (
+	// startAttempts bounds the retries when the chosen port is taken by
+	// someone else between picking it and redis-server binding it.
+	startAttempts = 5
+	// startTimeout is how long one redis-server gets to answer PING. It
+	// normally takes a few milliseconds; the slack is for a loaded CI
+	// machine running tests with -race.
+	startTimeout = 15 * time.Second
+	// probeTimeout bounds one readiness probe, so a wedged connection
+	// cannot eat the whole start-up budget.
+	probeTimeout = time.Second
+	// probeInterval is the pause between readiness probes.
+	probeInterval = 5 * time.Millisecond
+)
+
+type redisMode int
+
+const (
+	redisAuto redisMode = iota
+	redisRequired
+	redisOff
+)
+
+func redisModeFromEnv() (redisMode, error) {
+	switch v := os.Getenv(EnvRedis); v {
+	case "":
+		return redisAuto, nil
+	case "required":
+		return redisRequired, nil
+	case "off":
+		return redisOff, nil
+	default:
+		return 0, fmt.Errorf("%s=%q is not understood: want unset, \"\", \"required\" or \"off\"", EnvRedis, v)
+	}
+}
+
+// errPortTaken reports that redis-server could not have the port it was
+// given, which is worth retrying with another one.
+var errPortTaken = errors.New("port already in use")
+
+// Redis starts a fresh redis-server process on a free loopback port, with
+// persistence off, and kills it when the test finishes. Its output is shown
+// only if the test fails.
+//
+// If redis-server is not on PATH the test is skipped, unless LATCHKEY_REDIS
+// is "required", in which case it fails. With LATCHKEY_REDIS=off the test is
+// always skipped.
+func Redis(t testing.TB) *Backend {
+	t.Helper()
+	mode, err := redisModeFromEnv()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	if mode == redisOff {
+		t.Skipf("redistest: real Redis backend disabled by %s=off", EnvRedis)
+	}
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if mode == redisRequired {
+			t.Fatalf("redistest: %s=required but redis-server is not usable: %v", EnvRedis, err)
+		}
+		t.Skipf("redistest: skipping real Redis backend: redis-server not found on PATH "+
+			"(install it, or set %s=required to make this a failure, or %s=off to skip silently)", EnvRedis, EnvRedis)
+	}
+
+	dir := t.TempDir()
+	for attempt := 1; ; attempt++ {
+		srv, err := startRedis(path, dir)
+		if err == nil {
+			t.Cleanup(func() {
+				srv.stop()
+				if t.Failed() {
+					t.Logf("redis-server on %s output:\n%s", srv.addr, srv.out.String())
+				}
+			})
+			return &Backend{Name: NameRedis, Addr: srv.addr}
+		}
+		if errors.Is(err, errPortTaken) && attempt < startAttempts {
+			continue
+		}
+		t.Fatalf("redistest: %v", err)
+	}
+}
+
+// redisProcess is a started redis-server.
+type redisProcess struct {
+	addr   string
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{} // closed once cmd.Wait has returned
+}
+
+// startRedis starts redis-server on a free port and waits until that very
+// process answers PING. The output is included in the error, because a
+// server that fails to start has nothing else to say why.
+func startRedis(path, dir string) (*redisProcess, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	out := &syncBuffer{}
+	cmd := exec.Command(path,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		// No RDB snapshots or AOF: tests want a clean, disposable server,
+		// and the files would only litter dir.
+		"--save", "",
+		"--appendonly", "no",
+		"--protected-mode", "no",
+		"--dir", dir,
+	)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	// Should redis-server ever leave a child holding the output pipe (a
+	// BGSAVE fork, say), don't let Wait hang on it.
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	p := &redisProcess{addr: addr, cmd: cmd, out: out, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-p.exited:
+			if strings.Contains(out.String(), "Address already in use") {
+				return nil, fmt.Errorf("redis-server on %s: %w", addr, errPortTaken)
+			}
+			return nil, fmt.Errorf("redis-server on %s exited during start-up (%s); output:\n%s", addr, cmd.ProcessState, out.String())
+		default:
+		}
+		pid, err := probe(addr)
+		if err == nil {
+			if pid == cmd.Process.Pid {
+				return p, nil
+			}
+			// Some other server holds the port; ours will fail to bind.
+			p.stop()
+			return nil, fmt.Errorf("redis-server on %s: pid %d answered instead of ours (%d): %w", addr, pid, cmd.Process.Pid, errPortTaken)
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("redis-server on %s not ready after %v: %v; output:\n%s", addr, startTimeout, err, out.String())
+		}
+		select {
+		case <-p.exited:
+		case <-time.After(probeInterval):
+		}
+	}
+}
+
+// stop kills the server and waits for it to be gone, so that no process
+// outlives the test that started it.
+func (p *redisProcess) stop() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// freePort asks the kernel for a currently unused loopback port. Another
+// process can grab it before redis-server binds it; Redis retries then.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// probe checks that the server at addr answers PING and returns the pid it
+// reports, so the caller can tell its own server from a stranger that
+// happens to hold the port. It speaks RESP2 by hand to stay independent of
+// the client library under test.
+func probe(addr string) (pid int, err error) {
+	conn, err := net.DialTimeout("tcp", addr, probeTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(probeTimeout)); err != nil {
+		return 0, err
+	}
+	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if line != "+PONG\r\n" {
+		return 0, fmt.Errorf("PING answered %q", line)
+	}
+	line, err = r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if !strings.HasPrefix(line, "$") {
+		return 0, fmt.Errorf("INFO answered %q", line)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil || n < 0 || n > 1<<20 {
+		return 0, fmt.Errorf("INFO answered bad length %q", line)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for l := range strings.SplitSeq(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server has no process_id")
+}
+
+// syncBuffer collects a process's output. os/exec writes to it from its own
+// goroutine while a failing test may read it, hence the lock.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,49 @@
+// Package lua holds every Redis script latchkey runs, one embedded .lua file per script.
+//
+// Each script is one atomic state change and follows the effects, replies and pub/sub
+// messages that Redisson's scripts have (see docs/redisson-interop.md), so Go and Java
+// processes can work on the same keys. The values are immutable and safe to share.
+package lua
+
+import (
+	_ "embed"
+
+	"github.com/redis/rueidis"
+)
+
+var (
+	//go:embed lock_acquire.lua
+	lockAcquire string
+	//go:embed lock_release.lua
+	lockRelease string
+	//go:embed lock_force_release.lua
+	lockForceRelease string
+	//go:embed lock_renew.lua
+	lockRenew string
+	//go:embed lock_undo.lua
+	lockUndo string
+)
+
+var (
+	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock], ARGV [leaseMs, owner].
+	// It replies nil when acquired, or the holder's PTTL.
+	LockAcquire = rueidis.NewLuaScript(lockAcquire)
+
+	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
+	// lock is freed: KEYS [lock, channel, latch], ARGV [message, leaseMs, owner, publishCmd,
+	// latchMs]. It replies nil (not held), 0 (still held) or 1 (freed); a retry with the same
+	// latch key replies what the first run did.
+	LockRelease = rueidis.NewLuaScript(lockRelease)
+
+	// LockForceRelease deletes a lock whoever holds it and publishes the unlock message:
+	// KEYS [lock, channel], ARGV [message, publishCmd]. It replies 1 if a lock was deleted.
+	LockForceRelease = rueidis.NewLuaScript(lockForceRelease)
+
+	// LockRenew resets the lease of every listed lock its owner still holds: KEYS [lock1..k],
+	// ARGV [leaseMs, owner1..k]. It replies an array of 1 (renewed) and 0 (not held).
+	LockRenew = rueidis.NewLuaScript(lockRenew)
+
+	// LockUndo takes back the hold added by an acquire whose reply was lost: KEYS [lock,
+	// channel], ARGV [owner, holdsBefore, leaseMs, publishCmd, message]. It replies 1 if it did.
+	LockUndo = rueidis.NewLuaScript(lockUndo)
+)

@@ -1,0 +1,458 @@
+// Package pubsub multiplexes Redis pub/sub channels for local waiters.
+//
+// A Mux holds one dedicated subscriber connection and at most one Redis subscription per
+// channel, shared by every local waiter of that channel and reference-counted: the first
+// waiter subscribes, the last one leaves. A message wakes as many waiters as the channel's
+// Policy says. Every waiter of a channel is also woken whenever its subscription is confirmed
+// (the first time, and again after a reconnect), because a message may have been missed
+// while the channel was not subscribed; waiters re-check state on every wake, so a wake is a
+// hint, never a grant.
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+)
+
+// Mode selects the pub/sub commands.
+type Mode int
+
+const (
+	// Plain uses SUBSCRIBE and UNSUBSCRIBE (scripts publish with PUBLISH).
+	Plain Mode = iota
+	// Sharded uses SSUBSCRIBE and SUNSUBSCRIBE (scripts publish with SPUBLISH); Redis 7+.
+	Sharded
+)
+
+// All, returned by a Policy, wakes every waiter of the channel.
+const All = -1
+
+// Policy maps a message payload to the number of local waiters it wakes: n > 0 wakes n,
+// All wakes all, 0 wakes none.
+type Policy func(payload string) int
+
+// LockPolicy is the policy of Redisson's lock channels: 0 (unlock) wakes one waiter,
+// 1 (read unlock) wakes all, anything else none.
+func LockPolicy(payload string) int {
+	switch payload {
+	case "0":
+		return 1
+	case "1":
+		return All
+	}
+	return 0
+}
+
+// CountPolicy wakes as many waiters as the payload's integer value (semaphore releases).
+func CountPolicy(payload string) int {
+	n, err := strconv.Atoi(payload)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// ErrClosed is returned by Subscribe after Close.
+var ErrClosed = errors.New("pubsub: mux closed")
+
+// Options configure a Mux.
+type Options struct {
+	// Mode selects plain or sharded pub/sub.
+	Mode Mode
+	// Logger receives connection and subscription events; nil means no logging.
+	Logger *zap.Logger
+	// CommandTimeout bounds each SUBSCRIBE/UNSUBSCRIBE round trip; 0 means 5 s.
+	CommandTimeout time.Duration
+}
+
+// Mux is a channel multiplexer over one subscriber connection. It is safe for concurrent use.
+type Mux struct {
+	client  rueidis.Client
+	mode    Mode
+	log     *zap.Logger
+	timeout time.Duration
+
+	mu       sync.Mutex
+	channels map[string]*channel
+	dirty    map[string]struct{}
+	closed   bool
+
+	kick chan struct{} // the run loop has work in dirty
+	stop chan struct{}
+	done chan struct{}
+}
+
+// channel is the local state of one Redis channel. Guarded by Mux.mu.
+type channel struct {
+	name       string
+	policy     Policy
+	waiters    []*Waiter // in registration order: wake-one picks the longest-waiting first
+	subscribed bool      // confirmed by the server on the current connection
+}
+
+// Waiter is one local waiter's registration on a channel.
+type Waiter struct {
+	m  *Mux
+	ch *channel
+	c  chan struct{}
+}
+
+// New returns a Mux on client and starts its connection goroutine. client is not closed by
+// the Mux.
+func New(client rueidis.Client, opts Options) *Mux {
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	timeout := opts.CommandTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	m := &Mux{
+		client:   client,
+		mode:     opts.Mode,
+		log:      log,
+		timeout:  timeout,
+		channels: make(map[string]*channel),
+		dirty:    make(map[string]struct{}),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go m.run()
+	return m
+}
+
+// Subscribe registers a waiter on name. It does not wait for Redis: the waiter's channel is
+// signalled once the subscription is confirmed, or at once if it already is, so that the
+// caller's next check cannot miss a message published before it registered. Every waiter of
+// one channel must pass the same policy; the first one's is kept.
+func (m *Mux) Subscribe(name string, policy Policy) (*Waiter, error) {
+	w := &Waiter{m: m, c: make(chan struct{}, 1)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	ch := m.channels[name]
+	if ch == nil {
+		ch = &channel{name: name, policy: policy}
+		m.channels[name] = ch
+	}
+	w.ch = ch
+	ch.waiters = append(ch.waiters, w)
+	if ch.subscribed {
+		w.signal()
+	} else {
+		m.markDirty(name)
+	}
+	return w, nil
+}
+
+// C is signalled (capacity one, so signals coalesce) when the waiter should re-check.
+func (w *Waiter) C() <-chan struct{} { return w.c }
+
+// signal reports whether the waiter had no pending signal and now has one.
+func (w *Waiter) signal() bool {
+	select {
+	case w.c <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close removes the waiter. A signal it had not consumed is passed to the next waiter of the
+// channel: it may have been the one wake-up of an unlock, and dropping it would strand the
+// others until their timers fire. The last waiter to leave unsubscribes the channel in the
+// background. Close is idempotent.
+func (w *Waiter) Close() {
+	m := w.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch := w.ch
+	if ch == nil {
+		return
+	}
+	w.ch = nil
+	for i, x := range ch.waiters {
+		if x == w {
+			ch.waiters = append(ch.waiters[:i], ch.waiters[i+1:]...)
+			break
+		}
+	}
+	select {
+	case <-w.c:
+		wakeN(ch, 1)
+	default:
+	}
+	if len(ch.waiters) == 0 && !m.closed {
+		m.markDirty(ch.name)
+	}
+}
+
+// wakeN signals up to n waiters (All: every one) that have no pending signal, oldest first.
+func wakeN(ch *channel, n int) {
+	for _, w := range ch.waiters {
+		if n == 0 {
+			return
+		}
+		if w.signal() && n > 0 {
+			n--
+		}
+	}
+}
+
+// markDirty queues a channel for the run loop. Caller holds m.mu.
+func (m *Mux) markDirty(name string) {
+	m.dirty[name] = struct{}{}
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the connection goroutine and drops every subscription. Waiters are not
+// signalled: their owners watch their own shutdown signal. Close is idempotent.
+func (m *Mux) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		<-m.done
+		return
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.done
+}
+
+// onMessage runs on rueidis's reader goroutine; it must not block.
+func (m *Mux) onMessage(msg rueidis.PubSubMessage) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch := m.channels[msg.Channel]; ch != nil && ch.subscribed {
+		wakeN(ch, ch.policy(msg.Message))
+	}
+}
+
+// onSubscription notices a server-side unsubscribe we did not ask for (Redis sends one for
+// sharded channels when their slot moves) so that the run loop subscribes again.
+func (m *Mux) onSubscription(s rueidis.PubSubSubscription) {
+	if s.Kind != "unsubscribe" && s.Kind != "sunsubscribe" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch := m.channels[s.Channel]; ch != nil && ch.subscribed && len(ch.waiters) > 0 {
+		ch.subscribed = false
+		m.markDirty(s.Channel)
+	}
+}
+
+// conn is one dedicated subscriber connection.
+type conn struct {
+	dc     rueidis.DedicatedClient
+	broken <-chan error
+}
+
+// run owns the subscriber connection: it sends every SUBSCRIBE and UNSUBSCRIBE in order, so
+// a channel left and re-joined in quick succession ends up subscribed, and it reconnects and
+// re-subscribes after the connection breaks. The connection is dialled only when a channel
+// needs it.
+func (m *Mux) run() {
+	defer close(m.done)
+	var (
+		c       *conn
+		backoff time.Duration
+		retry   = time.NewTimer(time.Hour)
+	)
+	retry.Stop()
+	defer func() {
+		if c != nil {
+			c.dc.Close()
+		}
+	}()
+	for {
+		var broken <-chan error
+		if c != nil {
+			broken = c.broken
+		}
+		select {
+		case <-m.stop:
+			return
+		case <-m.kick:
+		case <-retry.C:
+		case err := <-broken:
+			m.log.Warn("pubsub connection lost; resubscribing", zap.Error(err))
+			c.dc.Close()
+			c = nil
+			m.resetAll()
+		}
+		err := m.sync(&c)
+		if err == nil {
+			backoff = 0
+			continue
+		}
+		if c != nil && !isRedisErr(err) {
+			c.dc.Close()
+			c = nil
+			m.resetAll()
+		}
+		backoff = nextBackoff(backoff)
+		m.log.Warn("pubsub subscribe failed; retrying", zap.Error(err), zap.Duration("in", backoff))
+		retry.Reset(backoff)
+	}
+}
+
+func nextBackoff(d time.Duration) time.Duration {
+	const lo, hi = 20 * time.Millisecond, 2 * time.Second
+	if d < lo {
+		return lo
+	}
+	if d *= 2; d > hi {
+		return hi
+	}
+	return d
+}
+
+func isRedisErr(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
+}
+
+// resetAll marks every channel unsubscribed and dirty, after the connection was lost.
+func (m *Mux) resetAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, ch := range m.channels {
+		ch.subscribed = false
+		m.dirty[name] = struct{}{}
+	}
+}
+
+func (m *Mux) dial() (*conn, error) {
+	dc, _ := m.client.Dedicate() // closed, not released: a pooled connection must not keep our hooks
+	broken := dc.SetPubSubHooks(rueidis.PubSubHooks{
+		OnMessage:      m.onMessage,
+		OnSubscription: m.onSubscription,
+	})
+	// A PING proves the connection before any channel is marked subscribed on it.
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
+		dc.Close()
+		return nil, err
+	}
+	return &conn{dc: dc, broken: broken}, nil
+}
+
+// maxChannelsPerCommand bounds one SUBSCRIBE so a burst of new channels is sent in a few
+// commands, not one command per channel and not one unbounded command.
+const maxChannelsPerCommand = 512
+
+// sync brings the connection's subscriptions in line with the waiters of every dirty
+// channel, dialling first if a channel must be joined. On error the unfinished channels stay
+// dirty.
+func (m *Mux) sync(c **conn) error {
+	m.mu.Lock()
+	var join, leave []string
+	for name := range m.dirty {
+		ch := m.channels[name]
+		delete(m.dirty, name)
+		switch {
+		case ch == nil:
+		case len(ch.waiters) > 0 && !ch.subscribed:
+			join = append(join, name)
+		case len(ch.waiters) == 0 && ch.subscribed:
+			leave = append(leave, name)
+		case len(ch.waiters) == 0:
+			delete(m.channels, name)
+		}
+	}
+	m.mu.Unlock()
+
+	if len(join) > 0 && *c == nil {
+		conn, err := m.dial()
+		if err != nil {
+			m.redirty(join)
+			return err
+		}
+		*c = conn
+	}
+	for len(leave) > 0 {
+		n := min(len(leave), maxChannelsPerCommand)
+		if err := m.send(*c, false, leave[:n]); err != nil {
+			m.redirty(leave)
+			m.redirty(join)
+			return err
+		}
+		m.mu.Lock()
+		for _, name := range leave[:n] {
+			if ch := m.channels[name]; ch != nil {
+				ch.subscribed = false
+				if len(ch.waiters) == 0 {
+					delete(m.channels, name)
+				} else {
+					m.markDirty(name) // re-joined while we were leaving
+				}
+			}
+		}
+		m.mu.Unlock()
+		leave = leave[n:]
+	}
+	for len(join) > 0 {
+		n := min(len(join), maxChannelsPerCommand)
+		if err := m.send(*c, true, join[:n]); err != nil {
+			m.redirty(join)
+			return err
+		}
+		m.mu.Lock()
+		for _, name := range join[:n] {
+			if ch := m.channels[name]; ch != nil {
+				ch.subscribed = true
+				wakeN(ch, All)
+				if len(ch.waiters) == 0 {
+					m.markDirty(name) // everyone left while we were joining
+				}
+			}
+		}
+		m.mu.Unlock()
+		join = join[n:]
+	}
+	return nil
+}
+
+func (m *Mux) redirty(names []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, name := range names {
+		m.dirty[name] = struct{}{}
+	}
+}
+
+// send issues one (S)SUBSCRIBE or (S)UNSUBSCRIBE; rueidis returns once the server has
+// confirmed every channel in it.
+func (m *Mux) send(c *conn, join bool, names []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	b := c.dc.B()
+	var cmd rueidis.Completed
+	switch {
+	case join && m.mode == Sharded:
+		cmd = b.Ssubscribe().Channel(names...).Build()
+	case join:
+		cmd = b.Subscribe().Channel(names...).Build()
+	case m.mode == Sharded:
+		cmd = b.Sunsubscribe().Channel(names...).Build()
+	default:
+		cmd = b.Unsubscribe().Channel(names...).Build()
+	}
+	return c.dc.Do(ctx, cmd).Error()
+}

@@ -1,0 +1,239 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	gosync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
+	"github.com/latchkey/latchkey/watchdog"
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+)
+
+// DefaultWatchdogTimeout is the lease a lock taken without an explicit lease gets, renewed
+// every third of it while held; Redisson's lockWatchdogTimeout default.
+const DefaultWatchdogTimeout = 30 * time.Second
+
+// PubSubMode selects the commands used to publish and subscribe to release messages. It must
+// match what the other processes sharing the locks use (Redisson: sharded only in cluster
+// mode on Redis 7+, when shardedSubscriptionMode is AUTO or ON).
+type PubSubMode int
+
+const (
+	// PubSubPlain publishes with PUBLISH and listens with SUBSCRIBE. The default, and what
+	// Redisson uses with a single server, Sentinel or replicated servers.
+	PubSubPlain PubSubMode = iota
+	// PubSubSharded publishes with SPUBLISH and listens with SSUBSCRIBE (Redis 7+).
+	PubSubSharded
+)
+
+func (m PubSubMode) String() string {
+	switch m {
+	case PubSubPlain:
+		return "plain"
+	case PubSubSharded:
+		return "sharded"
+	}
+	return "PubSubMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Option configures a Client.
+type Option func(*config) error
+
+type config struct {
+	watchdogTimeout time.Duration
+	log             *zap.Logger
+	id              string
+	mode            PubSubMode
+}
+
+// WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog
+// renews it every timeout/3 while the lock is held. Default 30 s. It must be at least 3 ms.
+func WithWatchdogTimeout(timeout time.Duration) Option {
+	return func(c *config) error {
+		if timeout < 3*time.Millisecond {
+			return invalid("watchdog timeout", "must be >= 3ms, got %v", timeout)
+		}
+		c.watchdogTimeout = timeout
+		return nil
+	}
+}
+
+// WithLogger sets the logger for lost leases, failed renewals and pub/sub reconnects.
+// Default: no logging.
+func WithLogger(log *zap.Logger) Option {
+	return func(c *config) error {
+		if log == nil {
+			return invalid("logger", "must not be nil")
+		}
+		c.log = log
+		return nil
+	}
+}
+
+// WithClientID sets the client UUID that prefixes every owner ID this Client makes
+// ("<uuid>:<n>", Redisson's "<uuid>:<threadId>"). Default: a random UUID. Two live Clients
+// must never share one, or their handles would be the same owners.
+func WithClientID(id string) Option {
+	return func(c *config) error {
+		u, err := uuid.Parse(id)
+		if err != nil || len(id) != 36 {
+			return invalid("client ID", "must be a UUID in 8-4-4-4-12 form, got %q", id)
+		}
+		c.id = u.String()
+		return nil
+	}
+}
+
+// WithPubSubMode selects plain or sharded pub/sub. Default PubSubPlain.
+func WithPubSubMode(mode PubSubMode) Option {
+	return func(c *config) error {
+		if mode != PubSubPlain && mode != PubSubSharded {
+			return invalid("pub/sub mode", "must be PubSubPlain or PubSubSharded, got %v", mode)
+		}
+		c.mode = mode
+		return nil
+	}
+}
+
+// Client makes lock handles and runs what they share: the pub/sub connection, the watchdog
+// and the unlock-latch janitor. It is safe for concurrent use.
+type Client struct {
+	rdb        rueidis.Client
+	id         string
+	log        *zap.Logger
+	wdTimeout  time.Duration
+	wdMs       string // wdTimeout in ms, as scripts take it
+	publishCmd string
+
+	mux     *pubsub.Mux
+	wd      *watchdog.Watchdog
+	janitor *janitor
+
+	owners    atomic.Int64
+	closed    chan struct{}
+	closeOnce gosync.Once
+}
+
+// New returns a Client on rdb, which may be a standalone, Sentinel or Cluster rueidis client.
+// Close the Client before rdb; the Client never closes rdb.
+func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
+	if rdb == nil {
+		return nil, invalid("client", "must not be nil")
+	}
+	cfg := config{watchdogTimeout: DefaultWatchdogTimeout, log: zap.NewNop(), mode: PubSubPlain}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, invalid("option", "#%d must not be nil", i)
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.id == "" {
+		cfg.id = uuid.NewString()
+	}
+	c := &Client{
+		rdb:        rdb,
+		id:         cfg.id,
+		log:        cfg.log,
+		wdTimeout:  cfg.watchdogTimeout,
+		wdMs:       strconv.FormatInt(cfg.watchdogTimeout.Milliseconds(), 10),
+		publishCmd: "PUBLISH",
+		closed:     make(chan struct{}),
+	}
+	mode := pubsub.Plain
+	if cfg.mode == PubSubSharded {
+		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded
+	}
+	wd, err := watchdog.New(watchdog.Options{
+		Timeout: cfg.watchdogTimeout,
+		Renew:   c.renew,
+		Logger:  cfg.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.wd = wd
+	c.mux = pubsub.New(rdb, pubsub.Options{Mode: mode, Logger: cfg.log})
+	c.janitor = newJanitor(rdb, cfg.log)
+	return c, nil
+}
+
+// ID returns the client UUID that prefixes this Client's owner IDs.
+func (c *Client) ID() string { return c.id }
+
+// Close stops the watchdog, the subscriptions and the janitor. Locks still held are no
+// longer renewed (their Lost channels close) and expire when their leases run out; waiting
+// calls return ErrClosed. Close does not close the rueidis client. It is idempotent.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.wd.Close()
+		c.mux.Close()
+		c.janitor.close()
+	})
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// newOwner returns a fresh owner ID, "<uuid>:<n>": Redisson's "<uuid>:<threadId>" form, so
+// Java can parse it, and never equal to a Java owner since the UUID is ours.
+func (c *Client) newOwner() string {
+	return c.id + ":" + strconv.FormatInt(c.owners.Add(1), 10)
+}
+
+// renew is the watchdog's RenewFunc: one pipelined round of batched renewal scripts.
+func (c *Client) renew(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
+	ms := strconv.FormatInt(lease.Milliseconds(), 10)
+	execs := make([]rueidis.LuaExec, len(batches))
+	for i, b := range batches {
+		args := make([]string, 0, len(b.Owners)+1)
+		args = append(args, ms)
+		args = append(args, b.Owners...)
+		execs[i] = rueidis.LuaExec{Keys: b.Keys, Args: args}
+	}
+	resps := lua.LockRenew.ExecMulti(ctx, c.rdb, execs...)
+	out := make([]watchdog.Result, len(batches))
+	for i := range out {
+		if i >= len(resps) {
+			out[i].Err = errors.New("dsync: missing renewal reply")
+			continue
+		}
+		vals, err := resps[i].AsIntSlice()
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Held = make([]bool, len(vals))
+		for j, v := range vals {
+			out[i].Held[j] = v == 1
+		}
+	}
+	return out
+}
+
+// checkCall validates what every Redis-touching method gets.
+func (c *Client) checkCall(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	if c.isClosed() {
+		return ErrClosed
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package sync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// newClient returns a Client on a fresh rueidis client to addr, both closed at cleanup.
+func newClient(t *testing.T, addr string, opts ...Option) (*Client, rueidis.Client) {
+	t.Helper()
+	rdb := redistest.ClientFor(t, addr)
+	c, err := New(rdb, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, rdb
+}
+
+// testCtx is a context bounded by a deadline, so no test hangs forever.
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func mustInt(t *testing.T, r rueidis.RedisResult) int64 {
+	t.Helper()
+	n, err := r.AsInt64()
+	if err != nil {
+		t.Fatalf("redis: %v", err)
+	}
+	return n
+}
+
+// dbsize counts the keys in the server's database.
+func dbsize(t *testing.T, rdb rueidis.Client) int64 {
+	t.Helper()
+	return mustInt(t, rdb.Do(context.Background(), rdb.B().Dbsize().Build()))
+}
+
+func pttl(t *testing.T, rdb rueidis.Client, key string) int64 {
+	t.Helper()
+	return mustInt(t, rdb.Do(context.Background(), rdb.B().Pttl().Key(key).Build()))
+}
+
+func exists(t *testing.T, rdb rueidis.Client, key string) bool {
+	t.Helper()
+	return mustInt(t, rdb.Do(context.Background(), rdb.B().Exists().Key(key).Build())) == 1
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

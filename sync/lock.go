@@ -1,0 +1,427 @@
+package sync
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	gosync "sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
+	"github.com/latchkey/latchkey/watchdog"
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+)
+
+// Lock is a handle on a reentrant lock, wire-compatible with Redisson's RLock: Redis hash
+// name → {owner ID: hold count}, releases published on redisson_lock__channel:{name}.
+//
+// The handle is the owner: its holds nest (each Lock or successful TryLock must be matched by
+// one Unlock), and two handles are two owners even in one goroutine. Give each goroutine
+// that must be excluded its own handle. A handle is safe for concurrent use, but goroutines
+// sharing one share its ownership.
+//
+// Without an explicit Lease the lock is kept by the Client's watchdog until Unlock; with
+// one it expires when the lease runs out. Lost reports a lease lost while held.
+type Lock struct {
+	c       *Client
+	name    string
+	channel string
+	owner   string
+	err     error // a bad name, reported by every method
+
+	mu      gosync.Mutex
+	holds   int             // this handle's holds as last known: decides when Unlock is final
+	lease   *watchdog.Lease // the current (or last) hold's lease
+	leaseMs string          // TTL a partial release sets (Redisson's internalLockLeaseTime)
+	leaseD  time.Duration   // the same as a duration; 0 while the watchdog keeps the lock
+	lost    <-chan struct{} // lease.Lost() of the current (or last) hold
+}
+
+// Lock returns a handle on the lock called name (the Redis key). It makes no network call;
+// an empty name is reported by the handle's methods.
+func (c *Client) Lock(name string) *Lock {
+	l := &Lock{c: c, name: name, channel: lockChannel(name), owner: c.newOwner(), leaseMs: c.wdMs}
+	if name == "" {
+		l.err = invalid("name", "must not be empty, got %q", name)
+	}
+	return l
+}
+
+// Name returns the lock's name, which is its Redis key.
+func (l *Lock) Name() string { return l.name }
+
+// Owner returns the handle's owner ID, "<client UUID>:<n>", the hash field it holds.
+func (l *Lock) Owner() string { return l.owner }
+
+// LockOption configures Lock and TryLock.
+type LockOption interface{ applyLock(*lockConfig) }
+
+// TryLockOption configures TryLock.
+type TryLockOption interface{ applyTry(*lockConfig) }
+
+type lockConfig struct {
+	lease    time.Duration // 0: kept by the watchdog
+	wait     time.Duration
+	leaseSet bool
+	waitSet  bool
+}
+
+type leaseOption time.Duration
+
+func (o leaseOption) applyLock(c *lockConfig) { c.lease, c.leaseSet = time.Duration(o), true }
+func (o leaseOption) applyTry(c *lockConfig)  { o.applyLock(c) }
+
+// Lease gives the acquisition a fixed lease: the lock expires lease after it is taken unless
+// released first, and the watchdog does not renew it. It must be at least 1 ms; it is sent in
+// whole milliseconds.
+func Lease(lease time.Duration) interface {
+	LockOption
+	TryLockOption
+} {
+	return leaseOption(lease)
+}
+
+type waitOption time.Duration
+
+func (o waitOption) applyTry(c *lockConfig) { c.wait, c.waitSet = time.Duration(o), true }
+
+// WaitTime lets TryLock wait up to wait for the lock (default: one attempt, no waiting). The
+// context's deadline, if earlier, still applies. It must not be negative.
+func WaitTime(wait time.Duration) TryLockOption { return waitOption(wait) }
+
+func (l *Lock) check(ctx context.Context, cfg *lockConfig) error {
+	if err := l.c.checkCall(ctx); err != nil {
+		return err
+	}
+	if l.err != nil {
+		return l.err
+	}
+	if cfg == nil {
+		return nil
+	}
+	if cfg.leaseSet && cfg.lease < time.Millisecond {
+		return invalid("lease", "must be >= 1ms, got %v", cfg.lease)
+	}
+	if cfg.waitSet && cfg.wait < 0 {
+		return invalid("wait time", "must be >= 0, got %v", cfg.wait)
+	}
+	return nil
+}
+
+// Lock takes the lock, waiting as long as ctx allows. Waiters are woken by the release
+// message and re-check at the holder's lease expiry. When ctx ends first, Lock returns
+// ctx.Err() and does not hold the lock.
+func (l *Lock) Lock(ctx context.Context, opts ...LockOption) error {
+	var cfg lockConfig
+	for _, o := range opts {
+		if o == nil {
+			return invalid("option", "must not be nil")
+		}
+		o.applyLock(&cfg)
+	}
+	if err := l.check(ctx, &cfg); err != nil {
+		return err
+	}
+	_, err := l.acquire(ctx, cfg.lease, -1)
+	return err
+}
+
+// TryLock takes the lock if it is free (or already this handle's) and reports whether it did.
+// With WaitTime it waits up to that long; a busy lock is (false, nil), not an error.
+func (l *Lock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
+	var cfg lockConfig
+	for _, o := range opts {
+		if o == nil {
+			return false, invalid("option", "must not be nil")
+		}
+		o.applyTry(&cfg)
+	}
+	if err := l.check(ctx, &cfg); err != nil {
+		return false, err
+	}
+	return l.acquire(ctx, cfg.lease, cfg.wait)
+}
+
+// acquire attempts, then waits up to wait (negative: without limit) for the lock.
+func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, error) {
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	leaseMs := l.c.wdMs
+	if lease > 0 {
+		leaseMs = strconv.FormatInt(lease.Milliseconds(), 10)
+	}
+	attempt := func(ctx context.Context) (int64, bool, error) {
+		return l.attempt(ctx, lease, leaseMs)
+	}
+	ttl, ok, err := attempt(ctx)
+	if ok || err != nil || wait == 0 {
+		return ok, err
+	}
+	return l.c.await(ctx, l.channel, pubsub.LockPolicy, deadline, ttl, attempt)
+}
+
+// attempt runs the acquire script once. When its reply is lost (a network error or ctx
+// ending while it was in flight) the script may have run, so the hold it may have added is
+// taken back before returning the error: a caller told "no" must not hold the lock.
+func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string) (int64, bool, error) {
+	l.mu.Lock()
+	before := l.holds
+	l.mu.Unlock()
+	sent := time.Now()
+	ttl, err := lua.LockAcquire.Exec(ctx, l.c.rdb, []string{l.name}, []string{leaseMs, l.owner}).AsInt64()
+	switch {
+	case err == nil:
+		return ttl, false, nil
+	case rueidis.IsRedisNil(err):
+		l.acquired(sent, lease, leaseMs)
+		return 0, true, nil
+	}
+	if !isRedisErr(err) {
+		l.undo(ctx, before, leaseMs)
+	}
+	return 0, false, fmt.Errorf("dsync: lock %q: %w", l.name, err)
+}
+
+// acquired records a hold that the script granted at sent, and makes sure its lease is kept
+// or timed before the caller learns it holds the lock.
+func (l *Lock) acquired(sent time.Time, lease time.Duration, leaseMs string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holds++
+	l.leaseMs, l.leaseD = leaseMs, lease
+	keep := lease == 0
+	if l.holds == 1 || l.lease == nil || !l.lease.Reset(sent, lease, keep) {
+		if keep {
+			l.lease = l.c.wd.Keep(l.name, l.owner, sent)
+		} else {
+			l.lease = l.c.wd.Watch(l.name, l.owner, sent, lease)
+		}
+		l.lost = l.lease.Lost()
+	}
+}
+
+// undoTimeout bounds the clean-up after an acquire reply was lost; it runs even when the
+// caller's ctx has ended, since its purpose is to leave nothing behind.
+const undoTimeout = 2 * time.Second
+
+func (l *Lock) undo(ctx context.Context, before int, leaseMs string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	err := lua.LockUndo.Exec(ctx, l.c.rdb, []string{l.name, l.channel},
+		[]string{l.owner, strconv.Itoa(before), leaseMs, l.c.publishCmd, "0"}).Error()
+	if err != nil {
+		l.c.log.Warn("acquire reply lost and undo failed; the lock may stay held until its lease runs out",
+			zap.String("lock", l.name), zap.String("owner", l.owner), zap.Error(err))
+	}
+}
+
+// Unlock releases one hold. The last one frees the lock and wakes a waiter. When the handle
+// does not hold the lock the lock is untouched and the error matches ErrNotHeld; when it held
+// the lock but lost its lease, the error matches ErrLockLost too.
+//
+// An unlock whose reply is lost to the network is retried with the same request ID, so the
+// retry reports what the first run did instead of releasing twice. If Unlock still fails,
+// the lock may or may not be released; it is released at the latest when its lease runs out.
+func (l *Lock) Unlock(ctx context.Context) error {
+	if err := l.check(ctx, nil); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	final := l.holds <= 1
+	lease, leaseMs, leaseD := l.lease, l.leaseMs, l.leaseD
+	if final && lease != nil {
+		// Before the script is sent, so no renewal can follow the release (Redisson #7272).
+		lease.Stop()
+	}
+	l.mu.Unlock()
+
+	sent := time.Now()
+	freed, err := l.release(ctx, leaseMs)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		if l.holds > 0 {
+			l.holds = 0
+			if lease != nil {
+				lease.Stop()
+			}
+			return fmt.Errorf("%w: lock %q: %w", ErrLockLost, l.name, err)
+		}
+		return err
+	case err != nil:
+		return err
+	case freed:
+		l.holds = 0
+		if lease != nil {
+			lease.Stop()
+		}
+	default:
+		// Still held, and the script set the TTL again. If this handle thought the hold was its
+		// last, Redis knows better (a hold whose reply was lost and not undone): the stopped
+		// lease resumes.
+		l.holds = max(l.holds-1, 1)
+		if lease != nil {
+			if leaseD == 0 {
+				leaseD = l.c.wdTimeout
+			}
+			lease.Reset(sent, leaseD, l.leaseD == 0)
+		}
+	}
+	return nil
+}
+
+// Retry budget of one unlock. The latch outlives the budget with margin, so a retry can
+// never find the latch expired and act a second time.
+const (
+	unlockAttempts = 5
+	unlockBudget   = 10 * time.Second
+	unlockLatchMs  = "30000"
+	unlockBackoff  = 20 * time.Millisecond
+)
+
+// release runs the release script, retrying lost replies with the same latch key. It
+// reports whether the lock was freed (false: still held).
+func (l *Lock) release(ctx context.Context, leaseMs string) (bool, error) {
+	latch := unlockLatchKey(l.name, newRequestID())
+	keys := []string{l.name, l.channel, latch}
+	args := []string{"0", leaseMs, l.owner, l.c.publishCmd, unlockLatchMs}
+	start := time.Now()
+	backoff := unlockBackoff
+	for attempt := 1; ; attempt++ {
+		v, err := lua.LockRelease.Exec(ctx, l.c.rdb, keys, args).AsInt64()
+		switch {
+		case err == nil:
+			l.c.janitor.del(latch)
+			return v == 1, nil
+		case rueidis.IsRedisNil(err):
+			if attempt > 1 {
+				l.c.janitor.del(latch)
+			}
+			return false, fmt.Errorf("%w: lock %q, owner %s", ErrNotHeld, l.name, l.owner)
+		}
+		if isRedisErr(err) || ctx.Err() != nil || attempt == unlockAttempts ||
+			time.Since(start)+backoff > unlockBudget || errors.Is(err, rueidis.ErrClosing) {
+			if attempt > 1 {
+				l.c.janitor.del(latch)
+			}
+			return false, fmt.Errorf("dsync: unlock %q: %w", l.name, err)
+		}
+		l.c.log.Debug("unlock reply lost; retrying with the same request ID",
+			zap.String("lock", l.name), zap.Int("attempt", attempt), zap.Error(err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			l.c.janitor.del(latch)
+			return false, fmt.Errorf("dsync: unlock %q: %w (after %v)", l.name, ctx.Err(), err)
+		}
+		backoff *= 2
+	}
+}
+
+// newRequestID is Redisson's generateId(): 16 random bytes as 32 lowercase hex characters.
+func newRequestID() string {
+	u := uuid.New()
+	return hex.EncodeToString(u[:])
+}
+
+func isRedisErr(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
+}
+
+// ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there
+// was a lock to delete. A holder on this or another Client finds out through its Lost channel
+// at its next renewal.
+func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := l.check(ctx, nil); err != nil {
+		return false, err
+	}
+	n, err := lua.LockForceRelease.Exec(ctx, l.c.rdb, []string{l.name, l.channel},
+		[]string{"0", l.c.publishCmd}).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("dsync: force unlock %q: %w", l.name, err)
+	}
+	return n == 1, nil
+}
+
+// IsLocked reports whether anyone holds the lock.
+func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
+	if err := l.check(ctx, nil); err != nil {
+		return false, err
+	}
+	n, err := l.c.rdb.Do(ctx, l.c.rdb.B().Exists().Key(l.name).Build()).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("dsync: lock %q: %w", l.name, err)
+	}
+	return n == 1, nil
+}
+
+// IsHeld reports whether this handle holds the lock, as Redis sees it.
+func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
+	if err := l.check(ctx, nil); err != nil {
+		return false, err
+	}
+	ok, err := l.c.rdb.Do(ctx, l.c.rdb.B().Hexists().Key(l.name).Field(l.owner).Build()).AsBool()
+	if err != nil {
+		return false, fmt.Errorf("dsync: lock %q: %w", l.name, err)
+	}
+	return ok, nil
+}
+
+// HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none).
+func (l *Lock) HoldCount(ctx context.Context) (int, error) {
+	if err := l.check(ctx, nil); err != nil {
+		return 0, err
+	}
+	n, err := l.c.rdb.Do(ctx, l.c.rdb.B().Hget().Key(l.name).Field(l.owner).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dsync: lock %q: %w", l.name, err)
+	}
+	return int(n), nil
+}
+
+// NoExpiry is what RemainingTTL returns for a lock that exists without a TTL (not one this
+// package creates, but a Redis key anyone could have written).
+const NoExpiry time.Duration = -1
+
+// RemainingTTL returns how long the lock has before it expires, whoever holds it: 0 when it
+// is not locked, NoExpiry when it has no TTL. Millisecond precision.
+func (l *Lock) RemainingTTL(ctx context.Context) (time.Duration, error) {
+	if err := l.check(ctx, nil); err != nil {
+		return 0, err
+	}
+	ms, err := l.c.rdb.Do(ctx, l.c.rdb.B().Pttl().Key(l.name).Build()).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("dsync: lock %q: %w", l.name, err)
+	}
+	switch {
+	case ms == -2:
+		return 0, nil
+	case ms < 0:
+		return NoExpiry, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// Lost returns a channel closed when the lease of this handle's current (or most recent)
+// hold is lost while held: the lock expired, was deleted or force-unlocked, or could not be
+// renewed until its lease ran out (Redis unreachable). Unlock does not close it. Before the
+// first successful acquisition it returns nil, a channel that never closes.
+func (l *Lock) Lost() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}

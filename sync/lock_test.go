@@ -1,0 +1,717 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// The classic oversell: buyers on 4 service instances race for a stock of 100 through a
+// non-atomic GET → decide → SET. Under the lock exactly the stock is sold, never more, and
+// never two buyers inside at once.
+func TestStockNeverOversold(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const instances, buyers, stock = 4, 50, 100
+		ctx := testCtx(t, 60*time.Second)
+		admin := b.Client(t)
+		if err := admin.Do(ctx, admin.B().Set().Key("stock").Value(strconv.Itoa(stock)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		var sold, inside, maxInside atomic.Int64
+		var wg gosync.WaitGroup
+		errs := make(chan error, instances*buyers)
+		for i := 0; i < instances; i++ {
+			c, rdb := newClient(t, b.Addr)
+			for j := 0; j < buyers; j++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					mu := c.Lock("stock:lock")
+					if err := mu.Lock(ctx); err != nil {
+						errs <- err
+						return
+					}
+					n := inside.Add(1)
+					for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
+					}
+					left, err := rdb.Do(ctx, rdb.B().Get().Key("stock").Build()).AsInt64()
+					if err == nil && left > 0 {
+						err = rdb.Do(ctx, rdb.B().Set().Key("stock").Value(strconv.FormatInt(left-1, 10)).Build()).Error()
+						if err == nil {
+							sold.Add(1)
+						}
+					}
+					inside.Add(-1)
+					if err != nil {
+						errs <- err
+					}
+					if err := mu.Unlock(ctx); err != nil {
+						errs <- err
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if sold.Load() != stock {
+			t.Fatalf("sold %d, want exactly %d", sold.Load(), stock)
+		}
+		if left := mustInt(t, admin.Do(ctx, admin.B().Get().Key("stock").Build())); left != 0 {
+			t.Fatalf("stock left %d, want 0", left)
+		}
+		if maxInside.Load() != 1 {
+			t.Fatalf("%d buyers inside the lock at once", maxInside.Load())
+		}
+		if exists(t, admin, "stock:lock") {
+			t.Fatal("lock key still exists after every buyer unlocked")
+		}
+	})
+}
+
+func TestReentrancy(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(time.Minute))
+		mu := c.Lock("reentrant")
+		holdCount := func() int {
+			n, err := mu.HoldCount(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		for i := 1; i <= 3; i++ {
+			// A short lease first, so that re-entry visibly resets the TTL to the new lease.
+			opts := []LockOption{Lease(5 * time.Second)}
+			if i == 3 {
+				opts = nil
+			}
+			if err := mu.Lock(ctx, opts...); err != nil {
+				t.Fatal(err)
+			}
+			if got := holdCount(); got != i {
+				t.Fatalf("hold count %d after %d locks", got, i)
+			}
+		}
+		if ttl := pttl(t, rdb, "reentrant"); ttl <= 5000 || ttl > 60000 {
+			t.Fatalf("re-entry without lease: PTTL %d, want reset to the 60000 ms watchdog timeout", ttl)
+		}
+		if held, _ := mu.IsHeld(ctx); !held {
+			t.Fatal("IsHeld false while held")
+		}
+		if got := mustInt(t, rdb.Do(ctx, rdb.B().Hget().Key("reentrant").Field(mu.Owner()).Build())); got != 3 {
+			t.Fatalf("hash field %s = %d, want 3 (Redisson's hold counter)", mu.Owner(), got)
+		}
+		for i := 2; i >= 0; i-- {
+			if err := mu.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := holdCount(); got != i {
+				t.Fatalf("hold count %d, want %d", got, i)
+			}
+			if got := exists(t, rdb, "reentrant"); got != (i > 0) {
+				t.Fatalf("key exists = %v with %d holds left", got, i)
+			}
+		}
+		if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("extra unlock: %v, want ErrNotHeld", err)
+		}
+	})
+}
+
+func TestNonOwnerUnlock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c1, rdb := newClient(t, b.Addr)
+		c2, _ := newClient(t, b.Addr)
+		owner := c1.Lock("shared")
+		if err := owner.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		before, err := rdb.Do(ctx, rdb.B().Hgetall().Key("shared").Build()).AsStrMap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, other := range []*Lock{c1.Lock("shared"), c2.Lock("shared")} {
+			err := other.Unlock(ctx)
+			if !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+				t.Fatalf("non-owner unlock: %v, want ErrNotHeld only", err)
+			}
+		}
+		after, _ := rdb.Do(ctx, rdb.B().Hgetall().Key("shared").Build()).AsStrMap()
+		if len(after) != 1 || after[owner.Owner()] != before[owner.Owner()] {
+			t.Fatalf("lock changed by a non-owner's unlock: %v → %v", before, after)
+		}
+		if err := owner.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A holder that crashes (never unlocks, never renews) loses the lock when its lease runs out.
+func TestLeaseExpiryFreesCrashedHolder(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		crashed, _ := newClient(t, b.Addr)
+		if err := crashed.Lock("crash").Lock(ctx, Lease(300*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		crashed.Close() // nothing renews or releases it any more
+		c, _ := newClient(t, b.Addr)
+		start := time.Now()
+		mu := c.Lock("crash")
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited > 3*time.Second {
+			t.Fatalf("lock taken %v after the crash; the lease was 300ms", waited)
+		}
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const timeout = 300 * time.Millisecond
+		ctx := testCtx(t, 20*time.Second)
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
+
+		t.Run("kept beyond 3x the timeout", func(t *testing.T) {
+			mu := c.Lock("kept")
+			if err := mu.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			held := time.Now()
+			for time.Since(held) < 4*timeout {
+				if !exists(t, rdb, "kept") {
+					t.Fatalf("lock expired %v after it was taken despite the watchdog", time.Since(held))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if closed(mu.Lost()) {
+				t.Fatal("Lost closed while the lease was kept")
+			}
+			if err := mu.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if exists(t, rdb, "kept") {
+				t.Fatal("key alive after unlock")
+			}
+		})
+
+		t.Run("lost when deleted by someone else", func(t *testing.T) {
+			mu := c.Lock("deleted")
+			if err := mu.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Do(ctx, rdb.B().Del().Key("deleted").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-mu.Lost():
+			case <-time.After(2 * timeout):
+				t.Fatal("Lost not closed within one lease after the key was deleted")
+			}
+			err := mu.Unlock(ctx)
+			if !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrNotHeld) {
+				t.Fatalf("unlock after loss: %v, want ErrLockLost and ErrNotHeld", err)
+			}
+		})
+
+		t.Run("lost when Redis stays unreachable past the lease", func(t *testing.T) {
+			proxy := redistest.NewProxy(t, b.Addr)
+			pc, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout))
+			mu := pc.Lock("unreachable")
+			if err := mu.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cut := time.Now()
+			proxy.Blackhole(true)
+			select {
+			case <-mu.Lost():
+				if since := time.Since(cut); since > timeout+500*time.Millisecond {
+					t.Fatalf("Lost closed %v after the cut; the lease was %v", since, timeout)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Lost not closed while Redis was unreachable past the lease")
+			}
+		})
+	})
+}
+
+// With a 30 s watchdog timeout, a waiter that got the lock within 2 s of the unlock was woken
+// by the release message, not by its TTL fallback.
+func TestWaiterWokenByUnlockMessage(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		holderC, _ := newClient(t, b.Addr)
+		waiterC, _ := newClient(t, b.Addr)
+		holder := holderC.Lock("wake")
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waiter := waiterC.Lock("wake")
+		got := make(chan time.Time, 1)
+		go func() {
+			if err := waiter.Lock(ctx); err != nil {
+				t.Error(err)
+			}
+			got <- time.Now()
+		}()
+		// The waiter must be subscribed before the unlock for the test to mean anything.
+		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+			return numsub(t, b, holderC, lockChannel("wake")) == 1
+		})
+		unlocked := time.Now()
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-got:
+			if d := at.Sub(unlocked); d > 2*time.Second {
+				t.Fatalf("waiter took %v after the unlock", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiter not woken within 5 s of the unlock (its TTL fallback is 30 s)")
+		}
+		if err := waiter.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// numsub returns the subscriber count of channel; miniredis knows PUBSUB NUMSUB too.
+func numsub(t *testing.T, b *redistest.Backend, c *Client, channel string) int64 {
+	t.Helper()
+	m, err := c.rdb.Do(context.Background(), c.rdb.B().PubsubNumsub().Channel(channel).Build()).AsIntMap()
+	if err != nil {
+		t.Fatalf("%s: PUBSUB NUMSUB: %v", b.Name, err)
+	}
+	return m[channel]
+}
+
+// Java at the wire: a holder in Redisson's format, written with raw commands, excludes our
+// lock; our release is what a Redisson waiter listens for; a Redisson-style release wakes us.
+func TestRedissonWireCompatibility(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		const javaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
+
+		// A Java thread holds "orders".
+		rdb.Do(ctx, rdb.B().Hincrby().Key("orders").Field(javaOwner).Increment(1).Build())
+		rdb.Do(ctx, rdb.B().Pexpire().Key("orders").Milliseconds(30000).Build())
+		mu := c.Lock("orders")
+		if ok, err := mu.TryLock(ctx); ok || err != nil {
+			t.Fatalf("TryLock over a Redisson holder: %v, %v; want false, nil", ok, err)
+		}
+
+		// Our waiter wakes when the Java side releases as Redisson's unlock script does (§2.4).
+		got := make(chan error, 1)
+		go func() { got <- mu.Lock(ctx) }()
+		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+			return numsub(t, b, c, "redisson_lock__channel:{orders}") == 1
+		})
+		javaUnlock := rueidis.NewLuaScript(`
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
+local n = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if n > 0 then redis.call('pexpire', KEYS[1], 30000) return 0 end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1`)
+		unlocked := time.Now()
+		if n, err := javaUnlock.Exec(ctx, rdb, []string{"orders", "redisson_lock__channel:{orders}"},
+			[]string{"0", javaOwner}).AsInt64(); err != nil || n != 1 {
+			t.Fatalf("Redisson-style unlock: %v, %v", n, err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(unlocked); d > 2*time.Second {
+				t.Fatalf("woken %v after the Java unlock", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("not woken by the Redisson-format unlock")
+		}
+
+		// What we wrote is Redisson's layout: a hash, field <uuid>:<n>, count 1, a TTL.
+		fields, err := rdb.Do(ctx, rdb.B().Hgetall().Key("orders").Build()).AsStrMap()
+		if err != nil || len(fields) != 1 || fields[mu.Owner()] != "1" {
+			t.Fatalf("lock hash %v (%v), want {%s: 1}", fields, err, mu.Owner())
+		}
+		owner := mu.Owner()
+		if id, n, ok := strings.Cut(owner, ":"); !ok || id != c.ID() || len(id) != 36 {
+			t.Fatalf("owner %q is not <uuid>:<n>", owner)
+		} else if _, err := strconv.ParseInt(n, 10, 64); err != nil {
+			t.Fatalf("owner %q: thread part %q is not a long", owner, n)
+		}
+		if ttl := pttl(t, rdb, "orders"); ttl <= 0 || ttl > 30000 {
+			t.Fatalf("PTTL %d, want the 30000 ms watchdog lease", ttl)
+		}
+
+		// Our unlock publishes "0" on the lock channel, as a Java waiter expects.
+		sub, cancel := rdb.Dedicate()
+		defer cancel()
+		msgs := make(chan rueidis.PubSubMessage, 4)
+		sub.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { msgs <- m }})
+		if err := sub.Do(ctx, sub.B().Subscribe().Channel("redisson_lock__channel:{orders}").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-msgs:
+			if m.Channel != "redisson_lock__channel:{orders}" || m.Message != "0" {
+				t.Fatalf("published %q on %q, want \"0\" on redisson_lock__channel:{orders}", m.Message, m.Channel)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no unlock message seen by a raw subscriber")
+		}
+		if exists(t, rdb, "orders") {
+			t.Fatal("lock key alive after the last unlock")
+		}
+	})
+}
+
+// Redisson's issue #7272: a renewal that outlives unlock keeps a released key alive. With a
+// short watchdog timeout, renewals run all the time during 1,000 cycles; afterwards nothing of
+// the lock may remain — neither the hash nor an unlock latch.
+func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const timeout = 30 * time.Millisecond
+		ctx := testCtx(t, 60*time.Second)
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
+		mu := c.Lock("cycles")
+		for i := 0; i < 1000; i++ {
+			if err := mu.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if i%50 == 0 {
+				// Hold across a renewal now and then, so renewals and unlocks interleave.
+				time.Sleep(timeout / 2)
+			}
+			if err := mu.Unlock(ctx); err != nil {
+				t.Fatalf("cycle %d: %v", i, err)
+			}
+		}
+		if exists(t, rdb, "cycles") {
+			t.Fatal("lock key alive right after the last unlock")
+		}
+		// Longer than a renewal interval: an orphan renewal would have shown by now.
+		time.Sleep(3 * timeout)
+		c.Close() // flushes the latch janitor
+		if n := dbsize(t, rdb); n != 0 {
+			keys, _ := rdb.Do(ctx, rdb.B().Keys().Pattern("*").Build()).AsStrSlice()
+			t.Fatalf("%d keys alive after 1,000 cycles: %v", n, keys)
+		}
+	})
+}
+
+// An unlock whose reply is lost is retried with the same request ID: a partial release is
+// not applied twice, and a final release is not reported as ErrNotHeld.
+func TestUnlockReplyLost(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr())
+		admin := b.Client(t)
+		warmScripts(t, ctx, c)
+		mu := c.Lock("lossy")
+		for i := 0; i < 2; i++ {
+			if err := mu.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		proxy.DropReplyAfter([]byte(unlockLatchPrefix))
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatalf("unlock with a lost reply: %v", err)
+		}
+		if proxy.Dropped() != 1 {
+			t.Fatalf("the proxy dropped %d replies, want 1", proxy.Dropped())
+		}
+		if n := mustInt(t, admin.Do(ctx, admin.B().Hget().Key("lossy").Field(mu.Owner()).Build())); n != 1 {
+			t.Fatalf("hold count %d after one unlock of two, want 1 (no double decrement)", n)
+		}
+		proxy.DropReplyAfter([]byte(unlockLatchPrefix))
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatalf("final unlock with a lost reply: %v, want success", err)
+		}
+		if proxy.Dropped() != 2 {
+			t.Fatalf("the proxy dropped %d replies, want 2", proxy.Dropped())
+		}
+		if exists(t, admin, "lossy") {
+			t.Fatal("lock alive after the final unlock")
+		}
+		c.Close()
+		eventually(t, 5*time.Second, "unlock latches deleted", func() bool {
+			keys, _ := admin.Do(ctx, admin.B().Keys().Pattern(unlockLatchPrefix+"*").Build()).AsStrSlice()
+			return len(keys) == 0
+		})
+	})
+}
+
+// An acquire whose reply is lost may have taken the lock; the caller is told it failed, so
+// the lock must not stay held.
+func TestAcquireReplyLostIsUndone(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr())
+		admin := b.Client(t)
+		warmScripts(t, ctx, c)
+		mu := c.Lock("lost-acquire")
+		proxy.DropReplyAfter([]byte("lost-acquire"))
+		ok, err := mu.TryLock(ctx)
+		if ok || err == nil {
+			t.Fatalf("TryLock with a lost reply: %v, %v; want false and an error", ok, err)
+		}
+		if proxy.Dropped() != 1 {
+			t.Fatalf("the proxy dropped %d replies, want 1", proxy.Dropped())
+		}
+		if exists(t, admin, "lost-acquire") {
+			t.Fatal("lock held after an acquire reported as failed")
+		}
+		// A re-entrant acquire whose reply is lost is undone too, leaving the first hold.
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		proxy.DropReplyAfter([]byte("lost-acquire"))
+		if err := mu.Lock(ctx); err == nil {
+			t.Fatal("re-entry with a lost reply reported success")
+		}
+		if n := mustInt(t, admin.Do(ctx, admin.B().Hget().Key("lost-acquire").Field(mu.Owner()).Build())); n != 1 {
+			t.Fatalf("hold count %d after a lost re-entry, want 1", n)
+		}
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// warmScripts loads the lock scripts into the server's cache, so that the next EVALSHA runs
+// the script; otherwise a dropped reply could be the NOSCRIPT of a command that did nothing.
+func warmScripts(t *testing.T, ctx context.Context, c *Client) {
+	t.Helper()
+	mu := c.Lock("warm-up")
+	if err := mu.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mu.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestForceUnlock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
+		holder, other := c.Lock("forced"), c.Lock("forced")
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := other.ForceUnlock(ctx); !ok || err != nil {
+			t.Fatalf("ForceUnlock: %v, %v", ok, err)
+		}
+		if locked, _ := holder.IsLocked(ctx); locked {
+			t.Fatal("still locked after ForceUnlock")
+		}
+		select {
+		case <-holder.Lost():
+		case <-time.After(2 * time.Second):
+			t.Fatal("the holder's Lost not closed after ForceUnlock")
+		}
+		if ok, err := other.ForceUnlock(ctx); ok || err != nil {
+			t.Fatalf("ForceUnlock of a free lock: %v, %v; want false, nil", ok, err)
+		}
+	})
+}
+
+func TestInspection(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		mu, other := c.Lock("inspect"), c.Lock("inspect")
+		if ttl, err := mu.RemainingTTL(ctx); ttl != 0 || err != nil {
+			t.Fatalf("RemainingTTL of a free lock: %v, %v", ttl, err)
+		}
+		if mu.Lost() != nil {
+			t.Fatal("Lost before any hold should be nil")
+		}
+		if err := mu.Lock(ctx, Lease(10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if ttl, err := mu.RemainingTTL(ctx); err != nil || ttl <= 9*time.Second || ttl > 10*time.Second {
+			t.Fatalf("RemainingTTL %v, %v; want about the 10 s lease", ttl, err)
+		}
+		for _, l := range []*Lock{mu, other} {
+			if locked, err := l.IsLocked(ctx); !locked || err != nil {
+				t.Fatalf("IsLocked %v, %v", locked, err)
+			}
+		}
+		if held, _ := other.IsHeld(ctx); held {
+			t.Fatal("IsHeld true for another handle")
+		}
+		if n, _ := other.HoldCount(ctx); n != 0 {
+			t.Fatalf("HoldCount %d for another handle", n)
+		}
+		if mu.Name() != "inspect" || mu.Owner() == other.Owner() || !strings.HasPrefix(mu.Owner(), c.ID()+":") {
+			t.Fatalf("Name %q, owners %q and %q", mu.Name(), mu.Owner(), other.Owner())
+		}
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A TryLock with a wait time gives up when it ends, and a held lock with an explicit lease
+// reports its loss when that lease runs out.
+func TestTryLockWaitAndLeaseLoss(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		holder, waiter := c.Lock("try"), c.Lock("try")
+		if err := holder.Lock(ctx, Lease(400*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if ok, err := waiter.TryLock(ctx, WaitTime(100*time.Millisecond)); ok || err != nil {
+			t.Fatalf("TryLock on a held lock: %v, %v", ok, err)
+		}
+		if d := time.Since(start); d < 100*time.Millisecond {
+			t.Fatalf("TryLock gave up after %v, before its 100ms wait", d)
+		}
+		select {
+		case <-holder.Lost():
+		case <-time.After(2 * time.Second):
+			t.Fatal("Lost not closed when the explicit lease ran out")
+		}
+		if ok, err := waiter.TryLock(ctx, WaitTime(2*time.Second)); !ok || err != nil {
+			t.Fatalf("TryLock after the lease ran out: %v, %v", ok, err)
+		}
+		if err := holder.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("unlock by the expired holder: %v, want ErrLockLost", err)
+		}
+		if held, _ := waiter.IsHeld(ctx); !held {
+			t.Fatal("the expired holder's unlock touched the new holder's lock")
+		}
+		// Context cancellation ends a wait with ctx.Err().
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if err := holder.Lock(cctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with an expiring ctx: %v, want DeadlineExceeded", err)
+		}
+		if err := waiter.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestInvalidArguments(t *testing.T) {
+	b := redistest.Miniredis(t)
+	rdb := b.Client(t)
+	for name, opt := range map[string]Option{
+		"watchdog timeout": WithWatchdogTimeout(0),
+		"logger":           WithLogger(nil),
+		"client ID":        WithClientID("not-a-uuid"),
+		"pub/sub mode":     WithPubSubMode(PubSubMode(7)),
+	} {
+		if _, err := New(rdb, opt); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), name) {
+			t.Errorf("New with bad %s: %v", name, err)
+		}
+	}
+	if _, err := New(nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("New(nil): %v", err)
+	}
+	c, err := New(rdb, WithClientID("9C345276-AA6E-44C1-B478-BF4B14BA1498"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.ID() != "9c345276-aa6e-44c1-b478-bf4b14ba1498" {
+		t.Errorf("client ID %q, want the canonical lowercase form", c.ID())
+	}
+	ctx := context.Background()
+	var nilCtx context.Context
+	mu := c.Lock("args")
+	cases := []struct {
+		arg string
+		err error
+	}{
+		{"name", c.Lock("").Lock(ctx)},
+		{"lease", mu.Lock(ctx, Lease(0))},
+		{"lease", mu.Lock(ctx, Lease(-time.Second))},
+		{"lease", mu.Lock(ctx, Lease(time.Microsecond))},
+		{"wait time", second(mu.TryLock(ctx, WaitTime(-1)))},
+		{"ctx", mu.Lock(nilCtx)},
+		{"ctx", mu.Unlock(nilCtx)},
+		{"ctx", second(mu.IsLocked(nilCtx))},
+		{"option", mu.Lock(ctx, nil)},
+	}
+	for _, tc := range cases {
+		if !errors.Is(tc.err, ErrInvalidArgument) || !strings.Contains(tc.err.Error(), tc.arg) {
+			t.Errorf("bad %s: got %v", tc.arg, tc.err)
+		}
+	}
+	if !strings.Contains(mu.Lock(ctx, Lease(-time.Second)).Error(), "-1s") {
+		t.Error("the error should give the bad value")
+	}
+	if locked, _ := mu.IsLocked(ctx); locked {
+		t.Error("a rejected call touched Redis")
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func TestClosedClient(t *testing.T) {
+	b := redistest.Miniredis(t)
+	ctx := testCtx(t, 10*time.Second)
+	c, _ := newClient(t, b.Addr)
+	holder, waiter := c.Lock("closing"), c.Lock("closing")
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+		return numsub(t, b, c, lockChannel("closing")) == 1
+	})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("waiting Lock after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiting Lock not ended by Close")
+	}
+	if !closed(holder.Lost()) {
+		t.Fatal("Lost not closed when Close stopped the watchdog")
+	}
+	if err := holder.Unlock(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Unlock after Close: %v", err)
+	}
+	if _, err := holder.TryLock(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TryLock after Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+}

@@ -1,0 +1,30 @@
+package sync
+
+import "strings"
+
+// Redisson derives every key and channel of an object from its name so that all of them
+// share the name's hash slot: a name without '{' is wrapped as a hash tag, a name with one is
+// trusted to carry its own tag. The test is only "contains '{'", exactly as Redisson does it
+// (REDISSON-LAYOUT §1.2), or Go and Java would name different keys.
+
+// prefixName is Redisson's RedissonObject.prefixName.
+func prefixName(prefix, name string) string {
+	if strings.Contains(name, "{") {
+		return prefix + ":" + name
+	}
+	return prefix + ":{" + name + "}"
+}
+
+const (
+	lockChannelPrefix = "redisson_lock__channel"
+	unlockLatchPrefix = "redisson_unlock_latch"
+)
+
+// lockChannel is the channel a lock's releases are published on.
+func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }
+
+// unlockLatchKey is where one unlock request records its outcome, so that its retries
+// report that outcome instead of acting twice.
+func unlockLatchKey(name, requestID string) string {
+	return prefixName(unlockLatchPrefix, name) + ":" + requestID
+}

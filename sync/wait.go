@@ -1,0 +1,63 @@
+package sync
+
+import (
+	"context"
+	"time"
+
+	"github.com/latchkey/latchkey/pubsub"
+)
+
+// attemptFunc makes one attempt. ok reports success; otherwise ttl is the holder's remaining
+// lease in ms (negative: unknown), which bounds how long the next wait may last.
+type attemptFunc func(ctx context.Context) (ttl int64, ok bool, err error)
+
+// await is the waiting loop every blocking primitive shares (REDISSON-LAYOUT §2.3): after a
+// failed first attempt it registers on channel, then alternates waiting and attempting. A
+// wait ends at the first of: a wake-up from the channel (a release message, or the
+// subscription being confirmed, so nothing published before the subscription is missed), the
+// holder's TTL (a lost message costs latency, never liveness), the deadline, ctx, Close.
+// A zero deadline waits without limit. ttl is the first attempt's reply.
+func (c *Client) await(ctx context.Context, channel string, policy pubsub.Policy, deadline time.Time, ttl int64, attempt attemptFunc) (bool, error) {
+	w, err := c.mux.Subscribe(channel, policy)
+	if err != nil {
+		return false, ErrClosed
+	}
+	defer w.Close()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		d := c.recheckAfter(ttl)
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return false, nil
+			}
+			d = min(d, left)
+		}
+		timer.Reset(d)
+		select {
+		case <-w.C():
+		case <-timer.C:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-c.closed:
+			return false, ErrClosed
+		}
+		var ok bool
+		ttl, ok, err = attempt(ctx)
+		if ok || err != nil {
+			return ok, err
+		}
+	}
+}
+
+// recheckAfter is how long a waiter may go without a message before it checks again: the
+// holder's TTL, capped by the watchdog timeout so that a lock with a long lease, or no
+// expiry at all, still gets re-checked now and then should a release message be lost.
+func (c *Client) recheckAfter(ttlMs int64) time.Duration {
+	if ttlMs < 0 {
+		return c.wdTimeout
+	}
+	d := time.Duration(ttlMs)*time.Millisecond + time.Millisecond
+	return min(d, c.wdTimeout)
+}

@@ -1,0 +1,371 @@
+// Package watchdog keeps the leases of held locks alive and says at once when one is lost.
+//
+// One Watchdog runs one goroutine for any number of leases. A kept lease is renewed every
+// Timeout/3 by batched scripts (at most BatchSize locks each, never mixing hash slots, all
+// batches of a round pipelined); a renewal that finds the lock gone closes the lease's Lost
+// channel at once, and a renewal that fails is retried until the lease's deadline, when the
+// lease is reported lost. A watched lease (a lock taken with an explicit lease) is never
+// renewed; it is reported lost when that lease runs out while still held.
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/keyslot"
+	"go.uber.org/zap"
+)
+
+// Batch is the locks one renewal script call renews, all in one hash slot: Owners[i] must
+// still hold Keys[i].
+type Batch struct {
+	Keys   []string
+	Owners []string
+}
+
+// Result is the outcome of one Batch: Held[i] reports whether Owners[i] still held Keys[i]
+// (and so had its lease reset), or Err says the call failed and nothing is known.
+type Result struct {
+	Held []bool
+	Err  error
+}
+
+// RenewFunc renews batches in one round trip, resetting each held lock's TTL to lease. It
+// returns one Result per Batch, in order.
+type RenewFunc func(ctx context.Context, lease time.Duration, batches []Batch) []Result
+
+// Options configure a Watchdog.
+type Options struct {
+	// Timeout is the lease a renewal sets; renewals run every Timeout/3. Required.
+	Timeout time.Duration
+	// BatchSize caps the locks per renewal script; 0 means 100.
+	BatchSize int
+	// Renew runs the renewal scripts. Required.
+	Renew RenewFunc
+	// Logger receives lost leases and failed renewals; nil means no logging.
+	Logger *zap.Logger
+}
+
+// Watchdog renews kept leases and times watched ones. It is safe for concurrent use.
+type Watchdog struct {
+	timeout  time.Duration
+	interval time.Duration
+	retry    time.Duration
+	batch    int
+	renew    RenewFunc
+	log      *zap.Logger
+
+	mu       sync.Mutex
+	leases   map[*Lease]struct{}
+	inflight bool
+	closed   bool
+
+	kick    chan struct{}
+	results chan roundResult
+	stop    chan struct{}
+	done    chan struct{}
+	rounds  sync.WaitGroup
+}
+
+// Lease is one held lock's lease, from acquisition to release or loss.
+type Lease struct {
+	w     *Watchdog
+	key   string
+	owner string
+	slot  uint16
+	lost  chan struct{}
+
+	// Guarded by w.mu.
+	keep     bool      // renewed by the watchdog
+	deadline time.Time // when the lock expires unless renewed
+	next     time.Time // when to renew (kept leases)
+	gen      uint64    // bumped by Reset and Stop, so a late renewal result is not applied
+	active   bool
+	isLost   bool
+}
+
+type roundResult struct {
+	leases []*Lease
+	gens   []uint64
+	sent   time.Time
+	res    []Result
+	sizes  []int
+}
+
+// New starts a Watchdog. Close stops it.
+func New(opts Options) (*Watchdog, error) {
+	if opts.Timeout <= 0 {
+		return nil, errors.New("watchdog: Timeout must be > 0")
+	}
+	if opts.Renew == nil {
+		return nil, errors.New("watchdog: Renew is required")
+	}
+	batch := opts.BatchSize
+	if batch <= 0 {
+		batch = 100
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	interval := max(opts.Timeout/3, time.Millisecond)
+	w := &Watchdog{
+		timeout:  opts.Timeout,
+		interval: interval,
+		// A failed renewal is retried well inside the lease, so a short outage costs nothing.
+		retry:   min(interval, max(opts.Timeout/30, 5*time.Millisecond)),
+		batch:   batch,
+		renew:   opts.Renew,
+		log:     log,
+		leases:  make(map[*Lease]struct{}),
+		kick:    make(chan struct{}, 1),
+		results: make(chan roundResult, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go w.run()
+	return w, nil
+}
+
+// Timeout returns the lease that renewals set.
+func (w *Watchdog) Timeout() time.Duration { return w.timeout }
+
+// Keep starts renewing key's lease for owner. sent is when the acquiring command was sent:
+// the lock is known to live until sent + Timeout. Call it before the acquisition is reported
+// to the caller, so that no window exists in which the lock is held but not kept.
+func (w *Watchdog) Keep(key, owner string, sent time.Time) *Lease {
+	return w.add(key, owner, sent, w.timeout, true)
+}
+
+// Watch reports key's lease lost when it runs out at sent + lease while still held.
+func (w *Watchdog) Watch(key, owner string, sent time.Time, lease time.Duration) *Lease {
+	return w.add(key, owner, sent, lease, false)
+}
+
+func (w *Watchdog) add(key, owner string, sent time.Time, lease time.Duration, keep bool) *Lease {
+	l := &Lease{w: w, key: key, owner: owner, slot: keyslot.Of(key), lost: make(chan struct{})}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		l.isLost = true
+		close(l.lost)
+		return l
+	}
+	l.resetLocked(sent, lease, keep)
+	return l
+}
+
+// Lost is closed when the lease is lost while held: the lock was found gone at renewal, no
+// renewal succeeded before the deadline, the watched lease ran out, or the watchdog closed.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Reset records that the lock's TTL was set again at sent (a re-entry or a partial release):
+// to the watchdog timeout if keep, else to lease. A kept lease stays kept. Reset also
+// resumes a stopped lease. It reports false if the lease is already lost.
+func (l *Lease) Reset(sent time.Time, lease time.Duration, keep bool) bool {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.isLost {
+		return false
+	}
+	if w.closed {
+		w.loseLocked(l, "watchdog closed")
+		return false
+	}
+	if keep || (l.keep && l.active) {
+		keep, lease = true, w.timeout
+	}
+	l.resetLocked(sent, lease, keep)
+	return true
+}
+
+func (l *Lease) resetLocked(sent time.Time, lease time.Duration, keep bool) {
+	w := l.w
+	l.keep = keep
+	l.deadline = sent.Add(lease)
+	l.next = sent.Add(w.interval)
+	l.gen++
+	l.active = true
+	w.leases[l] = struct{}{}
+	w.poke()
+}
+
+// Stop stops renewing and timing the lease; Lost will not be closed by the watchdog
+// afterwards. Call it before the releasing command is sent, so that no renewal can follow
+// the release. Stop is idempotent.
+func (l *Lease) Stop() {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l.gen++
+	l.active = false
+	delete(w.leases, l)
+}
+
+// Close stops the watchdog. Leases it still had are reported lost: nothing keeps them any
+// more. Close is idempotent.
+func (w *Watchdog) Close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		for l := range w.leases {
+			w.loseLocked(l, "watchdog closed")
+		}
+		close(w.stop)
+	}
+	w.mu.Unlock()
+	<-w.done
+	w.rounds.Wait()
+}
+
+func (w *Watchdog) poke() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watchdog) loseLocked(l *Lease, reason string) {
+	if l.isLost {
+		return
+	}
+	l.isLost = true
+	l.active = false
+	l.gen++
+	delete(w.leases, l)
+	close(l.lost)
+	w.log.Warn("lock lease lost", zap.String("key", l.key), zap.String("owner", l.owner),
+		zap.String("reason", reason))
+}
+
+func (w *Watchdog) run() {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if at, ok := w.step(time.Now()); ok {
+			timer.Reset(time.Until(at))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-w.stop:
+			return
+		case <-w.kick:
+		case <-timer.C:
+		case r := <-w.results:
+			w.apply(r)
+		}
+	}
+}
+
+// step reports lost every lease past its deadline, starts a renewal round if one is due and
+// none is in flight, and returns when it next has work.
+func (w *Watchdog) step(now time.Time) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var next time.Time
+	var due []*Lease
+	// Leases due within half an interval join this round, so rounds stay few and full.
+	horizon := now.Add(w.interval / 2)
+	for l := range w.leases {
+		if !now.Before(l.deadline) {
+			if l.keep {
+				w.loseLocked(l, "no renewal succeeded before the lease deadline")
+			} else {
+				w.loseLocked(l, "lease expired while held")
+			}
+			continue
+		}
+		at := l.deadline
+		if l.keep {
+			if !w.inflight && !l.next.After(horizon) {
+				due = append(due, l)
+				continue
+			}
+			if !w.inflight && l.next.Before(at) {
+				at = l.next
+			}
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	if len(due) > 0 {
+		w.startRound(now, due)
+	}
+	return next, !next.IsZero()
+}
+
+// startRound sends one pipelined round of renewals on its own goroutine, so that deadlines
+// keep being timed while Redis is slow. At most one round is in flight.
+func (w *Watchdog) startRound(now time.Time, due []*Lease) {
+	w.inflight = true
+	bySlot := make(map[uint16][]*Lease)
+	for _, l := range due {
+		bySlot[l.slot] = append(bySlot[l.slot], l)
+	}
+	r := roundResult{sent: now}
+	var batches []Batch
+	for _, ls := range bySlot {
+		for len(ls) > 0 {
+			n := min(len(ls), w.batch)
+			b := Batch{Keys: make([]string, n), Owners: make([]string, n)}
+			for i, l := range ls[:n] {
+				b.Keys[i], b.Owners[i] = l.key, l.owner
+				r.leases = append(r.leases, l)
+				r.gens = append(r.gens, l.gen)
+			}
+			batches = append(batches, b)
+			r.sizes = append(r.sizes, n)
+			ls = ls[n:]
+		}
+	}
+	w.rounds.Add(1)
+	go func() {
+		defer w.rounds.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), w.interval)
+		defer cancel()
+		r.res = w.renew(ctx, w.timeout, batches)
+		select {
+		case w.results <- r:
+		case <-w.stop:
+		}
+	}()
+}
+
+func (w *Watchdog) apply(r roundResult) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight = false
+	i := 0
+	for b, n := range r.sizes {
+		var res Result
+		if b < len(r.res) {
+			res = r.res[b]
+		} else {
+			res.Err = errors.New("watchdog: renewal returned too few results")
+		}
+		if res.Err != nil {
+			w.log.Warn("lease renewal failed; retrying", zap.Int("locks", n), zap.Error(res.Err))
+		}
+		for j := 0; j < n; j, i = j+1, i+1 {
+			l := r.leases[i]
+			if !l.active || l.gen != r.gens[i] {
+				continue // released or re-acquired while the round was in flight
+			}
+			switch {
+			case res.Err != nil || j >= len(res.Held):
+				l.next = time.Now().Add(w.retry)
+			case res.Held[j]:
+				l.deadline = r.sent.Add(w.timeout)
+				l.next = r.sent.Add(w.interval)
+			default:
+				w.loseLocked(l, "lock no longer held at renewal")
+			}
+		}
+	}
+}

@@ -69,25 +69,14 @@ var errPortTaken = errors.New("port already in use")
 // always skipped.
 func Redis(t testing.TB) *Backend {
 	t.Helper()
-	mode, err := redisModeFromEnv()
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	if mode == redisOff {
-		t.Skipf("redistest: real Redis backend disabled by %s=off", EnvRedis)
-	}
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if mode == redisRequired {
-			t.Fatalf("redistest: %s=required but redis-server is not usable: %v", EnvRedis, err)
-		}
-		t.Skipf("redistest: skipping real Redis backend: redis-server not found on PATH "+
-			"(install it, or set %s=required to make this a failure, or %s=off to skip silently)", EnvRedis, EnvRedis)
-	}
-
+	path := redisServerPath(t)
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
-		srv, err := startRedis(path, dir)
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		srv, err := startRedis(path, dir, port)
 		if err == nil {
 			t.Cleanup(func() {
 				srv.stop()
@@ -104,6 +93,28 @@ func Redis(t testing.TB) *Backend {
 	}
 }
 
+// redisServerPath finds redis-server, or skips or fails the test as
+// LATCHKEY_REDIS asks when it should not or cannot be used.
+func redisServerPath(t testing.TB) string {
+	t.Helper()
+	mode, err := redisModeFromEnv()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	if mode == redisOff {
+		t.Skipf("redistest: real Redis backend disabled by %s=off", EnvRedis)
+	}
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if mode == redisRequired {
+			t.Fatalf("redistest: %s=required but redis-server is not usable: %v", EnvRedis, err)
+		}
+		t.Skipf("redistest: skipping real Redis backend: redis-server not found on PATH "+
+			"(install it, or set %s=required to make this a failure, or %s=off to skip silently)", EnvRedis, EnvRedis)
+	}
+	return path
+}
+
 // redisProcess is a started redis-server.
 type redisProcess struct {
 	addr   string
@@ -112,14 +123,10 @@ type redisProcess struct {
 	exited chan struct{} // closed once cmd.Wait has returned
 }
 
-// startRedis starts redis-server on a free port and waits until that very
-// process answers PING. The output is included in the error, because a
-// server that fails to start has nothing else to say why.
-func startRedis(path, dir string) (*redisProcess, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+// startRedis starts redis-server on port and waits until that very process
+// answers PING. The output is included in the error, because a server that
+// fails to start has nothing else to say why.
+func startRedis(path, dir string, port int) (*redisProcess, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	out := &syncBuffer{}
 	cmd := exec.Command(path,

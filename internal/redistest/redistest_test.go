@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -249,4 +250,35 @@ func TestDedicatedPubSubReportsConnectionLoss(t *testing.T) {
 			t.Fatal("connection loss was never reported on the SetPubSubHooks channel")
 		}
 	})
+}
+
+// TestStartRedisPortTaken checks that losing the race for a port is
+// reported as errPortTaken, the error Redis retries on.
+func TestStartRedisPortTaken(t *testing.T) {
+	path := redisServerPath(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// Hang up on the readiness probes so they fail fast, as they would
+	// against a port nobody listens on.
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+
+	srv, err := startRedis(path, t.TempDir(), l.Addr().(*net.TCPAddr).Port)
+	if err == nil {
+		srv.stop()
+		t.Fatal("redis-server started on a port that was already taken")
+	}
+	if !errors.Is(err, errPortTaken) {
+		t.Fatalf("got %v, want errPortTaken", err)
+	}
 }

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	gosync "sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -10,91 +11,71 @@ import (
 
 // janitor deletes unlock latches once their unlock has completed, batched and off the
 // caller's path: an unlock costs one round trip, and latches do not linger for their whole
-// PX. A latch the janitor cannot take (queue full, client closing) still expires by its PX.
+// PX. Keys are collected for a short window and deleted in one pipelined round trip, so a
+// burst of unlocks wakes nothing per call. A latch the janitor does not get to (queue full,
+// client closed) still expires by its PX.
 type janitor struct {
-	rdb  rueidis.Client
-	log  *zap.Logger
-	keys chan string
-	stop chan struct{}
-	done chan struct{}
+	rdb rueidis.Client
+	log *zap.Logger
+
+	mu      gosync.Mutex
+	pending []string
+	armed   bool // a flush is scheduled
+	closed  bool
+	flushes gosync.WaitGroup
 }
 
 const (
-	janitorQueue = 4096
-	janitorBatch = 256
+	janitorWindow  = 20 * time.Millisecond
+	janitorMaxKeys = 8192
+	janitorTimeout = 2 * time.Second
 )
 
 func newJanitor(rdb rueidis.Client, log *zap.Logger) *janitor {
-	j := &janitor{
-		rdb:  rdb,
-		log:  log,
-		keys: make(chan string, janitorQueue),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
-	}
-	go j.run()
-	return j
+	return &janitor{rdb: rdb, log: log}
 }
 
 // del queues key for deletion without blocking.
 func (j *janitor) del(key string) {
-	select {
-	case <-j.stop:
-	case j.keys <- key:
-	default:
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed || len(j.pending) >= janitorMaxKeys {
+		return
+	}
+	j.pending = append(j.pending, key)
+	if !j.armed {
+		j.armed = true
+		j.flushes.Add(1)
+		time.AfterFunc(janitorWindow, j.flush)
 	}
 }
 
-// close deletes what is queued (bounded by a short timeout) and stops.
+// flush deletes what is pending; it runs on the timer's goroutine.
+func (j *janitor) flush() {
+	defer j.flushes.Done()
+	j.mu.Lock()
+	keys := j.pending
+	j.pending, j.armed = nil, false
+	j.mu.Unlock()
+	j.delete(keys)
+}
+
+// close deletes what is pending, waits for a scheduled flush, and stops taking keys.
 func (j *janitor) close() {
-	close(j.stop)
-	<-j.done
+	j.mu.Lock()
+	j.closed = true
+	keys := j.pending
+	j.pending = nil
+	j.mu.Unlock()
+	j.delete(keys)
+	j.flushes.Wait()
 }
 
-func (j *janitor) run() {
-	defer close(j.done)
-	batch := make([]string, 0, janitorBatch)
-	for {
-		select {
-		case key := <-j.keys:
-			batch = append(batch[:0], key)
-		case <-j.stop:
-			j.drain(batch[:0])
-			return
-		}
-		// Take what else is queued, so a burst of unlocks costs one pipelined round trip.
-		for len(batch) < janitorBatch {
-			select {
-			case key := <-j.keys:
-				batch = append(batch, key)
-				continue
-			default:
-			}
-			break
-		}
-		j.flush(batch)
+func (j *janitor) delete(keys []string) {
+	if len(keys) == 0 {
+		return
 	}
-}
-
-func (j *janitor) drain(batch []string) {
-	for {
-		select {
-		case key := <-j.keys:
-			if batch = append(batch, key); len(batch) == janitorBatch {
-				j.flush(batch)
-				batch = batch[:0]
-			}
-		default:
-			if len(batch) > 0 {
-				j.flush(batch)
-			}
-			return
-		}
-	}
-}
-
-func (j *janitor) flush(keys []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), janitorTimeout)
 	defer cancel()
 	cmds := make(rueidis.Commands, len(keys))
 	for i, k := range keys {

@@ -157,14 +157,12 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 	if lease > 0 {
 		leaseMs = strconv.FormatInt(lease.Milliseconds(), 10)
 	}
-	attempt := func(ctx context.Context) (int64, bool, error) {
-		return l.attempt(ctx, lease, leaseMs)
-	}
-	ttl, ok, err := attempt(ctx)
+	ttl, ok, err := l.attempt(ctx, lease, leaseMs)
 	if ok || err != nil || wait == 0 {
 		return ok, err
 	}
-	return l.c.await(ctx, l.channel, pubsub.LockPolicy, deadline, ttl, attempt)
+	return l.c.await(ctx, l.channel, pubsub.LockPolicy, deadline, ttl,
+		func(ctx context.Context) (int64, bool, error) { return l.attempt(ctx, lease, leaseMs) })
 }
 
 // attempt runs the acquire script once. When its reply is lost (a network error or ctx
@@ -197,7 +195,9 @@ func (l *Lock) acquired(sent time.Time, lease time.Duration, leaseMs string) {
 	l.holds++
 	l.leaseMs, l.leaseD = leaseMs, lease
 	keep := lease == 0
-	if l.holds == 1 || l.lease == nil || !l.lease.Reset(sent, lease, keep) {
+	// A lease not lost is reused from hold to hold: its Lost channel is still open, and a
+	// lock taken in a loop costs no new lease.
+	if l.lease == nil || !l.lease.Reset(sent, lease, keep) {
 		if keep {
 			l.lease = l.c.wd.Keep(l.name, l.owner, sent)
 		} else {

@@ -61,6 +61,7 @@ type Watchdog struct {
 	leases   map[*Lease]struct{}
 	inflight bool
 	closed   bool
+	wakeAt   time.Time // when the loop's timer fires; zero when it is not set
 
 	kick    chan struct{}
 	results chan roundResult
@@ -190,7 +191,16 @@ func (l *Lease) resetLocked(sent time.Time, lease time.Duration, keep bool) {
 	l.gen++
 	l.active = true
 	w.leases[l] = struct{}{}
-	w.poke()
+	// Wake the loop only if it would otherwise sleep past this lease's first event: a lock
+	// taken and released in a loop must not cost a goroutine wake-up per acquisition.
+	at := l.deadline
+	if keep && l.next.Before(at) {
+		at = l.next
+	}
+	if w.wakeAt.IsZero() || at.Before(w.wakeAt) {
+		w.wakeAt = at
+		w.poke()
+	}
 }
 
 // Stop stops renewing and timing the lease; Lost will not be closed by the watchdog
@@ -297,6 +307,7 @@ func (w *Watchdog) step(now time.Time) (time.Time, bool) {
 	if len(due) > 0 {
 		w.startRound(now, due)
 	}
+	w.wakeAt = next
 	return next, !next.IsZero()
 }
 

@@ -86,6 +86,10 @@ type Mux struct {
 	kick chan struct{} // the run loop has work in dirty
 	stop chan struct{}
 	done chan struct{}
+	// ctx is the parent of every command's context; Close cancels it, so that Close does not
+	// wait up to CommandTimeout for a command stuck on an unresponsive server.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // channel is the local state of one Redis channel. Guarded by Mux.mu.
@@ -114,7 +118,10 @@ func New(client rueidis.Client, opts Options) *Mux {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mux{
+		ctx:      ctx,
+		cancel:   cancel,
 		client:   client,
 		mode:     opts.Mode,
 		log:      log,
@@ -230,6 +237,7 @@ func (m *Mux) Close() {
 	m.closed = true
 	m.mu.Unlock()
 	close(m.stop)
+	m.cancel()
 	<-m.done
 }
 
@@ -344,7 +352,7 @@ func (m *Mux) dial() (*conn, error) {
 		OnSubscription: m.onSubscription,
 	})
 	// A PING proves the connection before any channel is marked subscribed on it.
-	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	ctx, cancel := context.WithTimeout(m.ctx, m.timeout)
 	defer cancel()
 	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
 		dc.Close()
@@ -440,7 +448,7 @@ func (m *Mux) redirty(names []string) {
 // send issues one (S)SUBSCRIBE or (S)UNSUBSCRIBE; rueidis returns once the server has
 // confirmed every channel in it.
 func (m *Mux) send(c *conn, join bool, names []string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	ctx, cancel := context.WithTimeout(m.ctx, m.timeout)
 	defer cancel()
 	b := c.dc.B()
 	var cmd rueidis.Completed

@@ -68,6 +68,10 @@ type Watchdog struct {
 	stop    chan struct{}
 	done    chan struct{}
 	rounds  sync.WaitGroup
+	// ctx is the parent of every round's context; Close cancels it, so that Close does not
+	// wait up to an interval for a round stuck on an unresponsive server.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // Lease is one held lock's lease, from acquisition to release or loss.
@@ -112,7 +116,10 @@ func New(opts Options) (*Watchdog, error) {
 		log = zap.NewNop()
 	}
 	interval := max(opts.Timeout/3, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watchdog{
+		ctx:      ctx,
+		cancel:   cancel,
 		timeout:  opts.Timeout,
 		interval: interval,
 		// A failed renewal is retried well inside the lease, so a short outage costs nothing.
@@ -225,6 +232,7 @@ func (w *Watchdog) Close() {
 			w.loseLocked(l, "watchdog closed")
 		}
 		close(w.stop)
+		w.cancel()
 	}
 	w.mu.Unlock()
 	<-w.done
@@ -338,7 +346,7 @@ func (w *Watchdog) startRound(now time.Time, due []*Lease) {
 	w.rounds.Add(1)
 	go func() {
 		defer w.rounds.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), w.interval)
+		ctx, cancel := context.WithTimeout(w.ctx, w.interval)
 		defer cancel()
 		r.res = w.renew(ctx, w.timeout, batches)
 		select {

@@ -169,6 +169,9 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 // ending while it was in flight) the script may have run, so the hold it may have added is
 // taken back before returning the error: a caller told "no" must not hold the lock.
 func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string) (int64, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, err // nothing sent, so nothing to undo
+	}
 	l.mu.Lock()
 	before := l.holds
 	l.mu.Unlock()

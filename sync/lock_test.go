@@ -394,7 +394,9 @@ return 1`)
 // the lock may remain — neither the hash nor an unlock latch.
 func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const timeout = 30 * time.Millisecond
+		// Long enough that a renewal round delayed by a loaded machine still lands in time;
+		// short enough that renewals run during the test.
+		const timeout = 150 * time.Millisecond
 		ctx := testCtx(t, 60*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 		mu := c.Lock("cycles")
@@ -403,8 +405,9 @@ func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			if i%50 == 0 {
-				// Hold across a renewal now and then, so renewals and unlocks interleave.
-				time.Sleep(timeout / 2)
+				// Hold past the renewal time (timeout/3) now and then, with the unlock falling at
+				// varying points after it, so that renewals and unlocks interleave.
+				time.Sleep(timeout/3 + time.Duration(i/50)*time.Millisecond)
 			}
 			if err := mu.Unlock(ctx); err != nil {
 				t.Fatalf("cycle %d: %v", i, err)

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// fmtDur prints a latency with three significant figures in a unit that suits it.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "—"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// column is one figure of a table: how to read it from a row, and which way is better.
+type column struct {
+	head   string
+	get    func(r row) (float64, bool)
+	show   func(v float64) string
+	higher bool // higher is better
+	ratio  bool // give latchkey's ratio to the best peer
+}
+
+func durCol(head string, f func(r row) (time.Duration, bool)) column {
+	return column{
+		head:  head,
+		get:   func(r row) (float64, bool) { d, ok := f(r); return float64(d), ok && d > 0 },
+		show:  func(v float64) string { return fmtDur(time.Duration(v)) },
+		ratio: true,
+	}
+}
+
+// table renders rows in columns, then a row with latchkey's ratio to the best peer in each
+// column that has one.
+func table(b *strings.Builder, rows []row, cols []column) {
+	b.WriteString("| library |")
+	for _, c := range cols {
+		b.WriteString(" " + c.head + " |")
+	}
+	b.WriteString("\n|---|")
+	for range cols {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s |", r.c.name)
+		switch {
+		case r.c.open == nil:
+			fmt.Fprintf(b, " %s |%s\n", r.c.note, strings.Repeat(" |", len(cols)-1))
+			continue
+		case r.err != nil:
+			fmt.Fprintf(b, " failed: %v |%s\n", r.err, strings.Repeat(" |", len(cols)-1))
+			continue
+		}
+		for _, c := range cols {
+			if v, ok := c.get(r); ok {
+				b.WriteString(" " + c.show(v) + " |")
+			} else {
+				b.WriteString(" — |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("| **latchkey ÷ best peer** |")
+	for _, c := range cols {
+		b.WriteString(" " + ratioCell(rows, c) + " |")
+	}
+	b.WriteString("\n")
+}
+
+// ratioCell is latchkey's figure over the best peer's (best: highest or lowest, as the
+// column says), with the peer named.
+func ratioCell(rows []row, c column) string {
+	if !c.ratio {
+		return ""
+	}
+	var mine float64
+	var haveMine bool
+	var best float64
+	var bestName string
+	for _, r := range rows {
+		if r.c.open == nil || r.err != nil {
+			continue
+		}
+		v, ok := c.get(r)
+		if !ok {
+			continue
+		}
+		if !r.c.peer {
+			if r.c.name == "latchkey" {
+				mine, haveMine = v, true
+			}
+			continue
+		}
+		if bestName == "" || (c.higher && v > best) || (!c.higher && v < best) {
+			best, bestName = v, r.c.name
+		}
+	}
+	if !haveMine || bestName == "" || best == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f× (%s)", mine/best, bestName)
+}
+
+func markdown(res *results) string {
+	var b strings.Builder
+	o := res.opts
+	fmt.Fprintf(&b, "Redis %s on loopback; %d timed seconds per scenario and library; run %s.\n\n",
+		res.server, int(o.dur.Seconds()), res.started.UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "**Floor** — PING round trip: p50 %s, p99 %s.\n\n", fmtDur(res.ping.pct(50)), fmtDur(res.ping.pct(99)))
+
+	b.WriteString("**Solo** (one goroutine, lock+unlock of a free lock) and **parallel** (")
+	fmt.Fprintf(&b, "%d goroutines, each on its own key). Latency: lower is better; throughput: higher.\n\n", o.parallel)
+	table(&b, res.rows, []column{
+		durCol("solo p50", func(r row) (time.Duration, bool) { return r.solo.pct(50), len(r.solo) > 0 }),
+		durCol("solo p99", func(r row) (time.Duration, bool) { return r.solo.pct(99), len(r.solo) > 0 }),
+		{head: "parallel cycles/s", higher: true, ratio: true,
+			get:  func(r row) (float64, bool) { return r.parallel, r.parallel > 0 },
+			show: func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+	})
+	for i, w := range o.workers {
+		at := func(r row) (contendedResult, bool) {
+			if i < len(r.contended) {
+				return r.contended[i], true
+			}
+			return contendedResult{}, false
+		}
+		fmt.Fprintf(&b, "\n**Contended, W=%d** — %d workers on one key, each looping request → hold %v → release → %v idle. "+
+			"Hand-off: one worker's release to another's acquisition. Wait: request to acquisition. "+
+			"Fairness: Jain's index over per-worker acquisitions (1 = equal). CPU: Redis server CPU per acquisition.\n\n",
+			w, w, holdTime, idleTime)
+		table(&b, res.rows, []column{
+			{head: "acq/s", higher: true, ratio: true,
+				get:  func(r row) (float64, bool) { c, ok := at(r); return c.perSec, ok },
+				show: func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+			durCol("hand-off p50", func(r row) (time.Duration, bool) { c, ok := at(r); return c.handoff.pct(50), ok }),
+			durCol("hand-off p99", func(r row) (time.Duration, bool) { c, ok := at(r); return c.handoff.pct(99), ok }),
+			durCol("wait p50", func(r row) (time.Duration, bool) { c, ok := at(r); return c.wait.pct(50), ok }),
+			durCol("wait p99", func(r row) (time.Duration, bool) { c, ok := at(r); return c.wait.pct(99), ok }),
+			durCol("wait max", func(r row) (time.Duration, bool) { c, ok := at(r); return c.wait.max(), ok }),
+			{head: "fairness", higher: true, ratio: true,
+				get:  func(r row) (float64, bool) { c, ok := at(r); return c.fairness, ok },
+				show: func(v float64) string { return fmt.Sprintf("%.3f", v) }},
+			durCol("CPU/acq", func(r row) (time.Duration, bool) { c, ok := at(r); return c.cpuPerAcq, ok }),
+			{head: "overlaps",
+				get:  func(r row) (float64, bool) { c, ok := at(r); return float64(c.overlaps), ok },
+				show: func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+		})
+	}
+	s := res.scale
+	fmt.Fprintf(&b, "\n**Waiters at scale** (latchkey) — %d goroutines waiting on %d locks through one Client: "+
+		"all %d got their turn in %s after the holders released; %d subscriber connection(s) on the server; "+
+		"peak RSS of the benchmark process %.0f MiB.\n",
+		s.waiters, s.locks, s.waiters, fmtDur(s.total), s.subscribers, float64(s.peakRSS)/(1<<20))
+	return b.String()
+}
+
+// writeOut writes docs/benchmarks.md and the charts under repo.
+func writeOut(repo string, res *results, report string) error {
+	docs := filepath.Join(repo, "docs")
+	if err := os.MkdirAll(docs, 0o755); err != nil {
+		return err
+	}
+	if err := barChart(res, filepath.Join(docs, "bench-acquisitions.png"), "Acquisitions/s under contention (higher is better)", false,
+		func(c contendedResult) float64 { return c.perSec }); err != nil {
+		return err
+	}
+	if err := barChart(res, filepath.Join(docs, "bench-wait-p99.png"), "Wait p99 under contention, ms (lower is better, log scale)", true,
+		func(c contendedResult) float64 { return float64(c.wait.pct(99)) / float64(time.Millisecond) }); err != nil {
+		return err
+	}
+	page := "# Benchmarks\n\nProduced by `cd bench && go run . -out ..` — latchkey against its peers on one Redis, in one run. " +
+		"Every figure is from the same run; ratios compare latchkey with the best peer in that column.\n\n" +
+		"![acquisitions/s](bench-acquisitions.png)\n\n![wait p99](bench-wait-p99.png)\n\n" + report +
+		"\nPeers: redsync v4.17.0 (go-redis v9, pool of " + fmt.Sprint(goRedisPoolSize) + ", unlimited tries, default 50–250 ms retry delay); " +
+		"bsm/redislock v0.10.0 (linear backoff 10 ms and 100 ms); rueidislock (KeyMajority 1, NoLoopTracking); naive " +
+		"(SET NX PX + compare-and-delete script, retry every 50 ms). Each worker has its own lock object; each library " +
+		"one client per run.\n"
+	return os.WriteFile(filepath.Join(docs, "benchmarks.md"), []byte(page), 0o644)
+}
+
+// barChart draws one bar group per worker count, one bar per library that ran.
+func barChart(res *results, path, title string, logY bool, value func(contendedResult) float64) error {
+	p := plot.New()
+	p.Title.Text = title
+	var names []string
+	var ran []row
+	for _, r := range res.rows {
+		if r.c.open != nil && r.err == nil && len(r.contended) == len(res.opts.workers) {
+			names = append(names, r.c.name)
+			ran = append(ran, r)
+		}
+	}
+	if len(ran) == 0 {
+		return nil
+	}
+	width := vg.Points(float64(60) / float64(len(res.opts.workers)))
+	palette := []color.Color{
+		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	}
+	for i, w := range res.opts.workers {
+		vals := make(plotter.Values, len(ran))
+		for j, r := range ran {
+			vals[j] = value(r.contended[i])
+			if logY && vals[j] <= 0 {
+				vals[j] = 1e-3
+			}
+		}
+		bars, err := plotter.NewBarChart(vals, width)
+		if err != nil {
+			return err
+		}
+		bars.Color = palette[i%len(palette)]
+		bars.LineStyle.Width = 0
+		bars.Offset = width * vg.Length(float64(i)-float64(len(res.opts.workers)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(fmt.Sprintf("W=%d", w), bars)
+	}
+	p.Legend.Top = true
+	p.NominalX(names...)
+	if logY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	return p.Save(9*vg.Inch, 4*vg.Inch, path)
+}

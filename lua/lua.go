@@ -40,8 +40,11 @@ var (
 	LockForceRelease = rueidis.NewLuaScript(lockForceRelease)
 
 	// LockRenew resets the lease of every listed lock its owner still holds: KEYS [lock1..k],
-	// ARGV [leaseMs, owner1..k]. It replies an array of 1 (renewed) and 0 (not held).
-	LockRenew = rueidis.NewLuaScript(lockRenew)
+	// ARGV [leaseMs, owner1..k]. It replies an array of 1 (renewed) and 0 (not held). It is
+	// sent as EVAL, never by SHA: renewal rounds go out with ExecMulti, which for a SHA
+	// script first loads it on every node — a round trip per round, and a failed round
+	// whenever any node is unreachable.
+	LockRenew = rueidis.NewLuaScriptNoSha(lockRenew)
 
 	// LockUndo takes back the hold added by an acquire whose reply was lost: KEYS [lock,
 	// channel], ARGV [owner, holdsBefore, leaseMs, publishCmd, message]. It replies 1 if it did.

@@ -162,8 +162,23 @@ func (m *Mux) Subscribe(name string, policy Policy) (*Waiter, error) {
 	return w, nil
 }
 
+// Waiters returns how many local waiters name has: for diagnostics and tests.
+func (m *Mux) Waiters(name string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch := m.channels[name]; ch != nil {
+		return len(ch.waiters)
+	}
+	return 0
+}
+
 // C is signalled (capacity one, so signals coalesce) when the waiter should re-check.
 func (w *Waiter) C() <-chan struct{} { return w.c }
+
+// Requeue gives back a signal the waiter took from C but cannot use (its attempt failed for
+// a reason of its own, such as its context ending): Close then passes it on, so the wake-up
+// is not lost to the other waiters.
+func (w *Waiter) Requeue() { w.signal() }
 
 // signal reports whether the waiter had no pending signal and now has one.
 func (w *Waiter) signal() bool {

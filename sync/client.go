@@ -54,13 +54,14 @@ type config struct {
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog
-// renews it every timeout/3 while the lock is held. Default 30 s. It must be at least 3 ms.
+// renews it every timeout/3 while the lock is held. Default 30 s. It must be at least 3 ms
+// and is truncated to whole milliseconds, as Redis keeps it.
 func WithWatchdogTimeout(timeout time.Duration) Option {
 	return func(c *config) error {
 		if timeout < 3*time.Millisecond {
 			return invalid("watchdog timeout", "must be >= 3ms, got %v", timeout)
 		}
-		c.watchdogTimeout = timeout
+		c.watchdogTimeout = timeout.Truncate(time.Millisecond)
 		return nil
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -27,6 +28,11 @@ import (
 //
 // Without an explicit Lease the lock is kept by the Client's watchdog until Unlock; with
 // one it expires when the lease runs out. Lost reports a lease lost while held.
+//
+// A context bounds how long a call waits for the lock. A script already sent to Redis is
+// awaited even if the context ends meanwhile (bounded by the rueidis client's own timeouts),
+// because rueidis may still deliver a command whose context has ended: only its reply tells
+// what it did, and a handle never acts on a guess.
 type Lock struct {
 	c       *Client
 	name    string
@@ -34,12 +40,16 @@ type Lock struct {
 	owner   string
 	err     error // a bad name, reported by every method
 
-	mu      gosync.Mutex
+	// op serialises the handle's acquisitions and releases, so that its idea of its holds
+	// changes in the order Redis applied them even when goroutines share the handle.
+	op      gosync.Mutex
 	holds   int             // this handle's holds as last known: decides when Unlock is final
 	lease   *watchdog.Lease // the current (or last) hold's lease
 	leaseMs string          // TTL a partial release sets (Redisson's internalLockLeaseTime)
 	leaseD  time.Duration   // the same as a duration; 0 while the watchdog keeps the lock
-	lost    <-chan struct{} // lease.Lost() of the current (or last) hold
+
+	mu   gosync.Mutex    // guards lost, which Lost reads without waiting for an op
+	lost <-chan struct{} // lease.Lost() of the current (or last) hold
 }
 
 // Lock returns a handle on the lock called name (the Redis key). It makes no network call;
@@ -48,8 +58,19 @@ func (c *Client) Lock(name string) *Lock {
 	l := &Lock{c: c, name: name, channel: lockChannel(name), owner: c.newOwner(), leaseMs: c.wdMs}
 	if name == "" {
 		l.err = invalid("name", "must not be empty, got %q", name)
+	} else if strings.Contains(name, "{") && !hasHashTag(name) {
+		// Redisson's rule (REDISSON-LAYOUT §1.2) trusts any '{' to be a tag: the channel and
+		// latch keys then hash elsewhere, which a cluster rejects as CROSSSLOT.
+		c.log.Warn("lock name has '{' but no valid hash tag; its derived keys may fall in another slot",
+			zap.String("lock", name))
 	}
 	return l
+}
+
+// hasHashTag reports whether name has a non-empty Redis Cluster hash tag.
+func hasHashTag(name string) bool {
+	i := strings.IndexByte(name, '{')
+	return i >= 0 && strings.IndexByte(name[i+1:], '}') > 0
 }
 
 // Name returns the lock's name, which is its Redis key.
@@ -77,8 +98,9 @@ func (o leaseOption) applyLock(c *lockConfig) { c.lease, c.leaseSet = time.Durat
 func (o leaseOption) applyTry(c *lockConfig)  { o.applyLock(c) }
 
 // Lease gives the acquisition a fixed lease: the lock expires lease after it is taken unless
-// released first, and the watchdog does not renew it. It must be at least 1 ms; it is sent in
-// whole milliseconds.
+// released first. The watchdog does not renew it — unless the handle already holds the lock
+// under the watchdog, which then keeps renewing it (Redisson's rule for re-entry). It must be
+// at least 1 ms and is truncated to whole milliseconds.
 func Lease(lease time.Duration) interface {
 	LockOption
 	TryLockOption
@@ -107,6 +129,8 @@ func (l *Lock) check(ctx context.Context, cfg *lockConfig) error {
 	if cfg.leaseSet && cfg.lease < time.Millisecond {
 		return invalid("lease", "must be >= 1ms, got %v", cfg.lease)
 	}
+	// Redis keeps whole milliseconds; the watchdog must not believe in the fraction.
+	cfg.lease = cfg.lease.Truncate(time.Millisecond)
 	if cfg.waitSet && cfg.wait < 0 {
 		return invalid("wait time", "must be >= 0, got %v", cfg.wait)
 	}
@@ -132,7 +156,8 @@ func (l *Lock) Lock(ctx context.Context, opts ...LockOption) error {
 }
 
 // TryLock takes the lock if it is free (or already this handle's) and reports whether it did.
-// With WaitTime it waits up to that long; a busy lock is (false, nil), not an error.
+// With WaitTime it waits up to that long; a busy lock is (false, nil), not an error. When ctx
+// ends before the wait time, TryLock returns ctx.Err().
 func (l *Lock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
 	var cfg lockConfig
 	for _, o := range opts {
@@ -165,18 +190,18 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 		func(ctx context.Context) (int64, bool, error) { return l.attempt(ctx, lease, leaseMs) })
 }
 
-// attempt runs the acquire script once. When its reply is lost (a network error or ctx
-// ending while it was in flight) the script may have run, so the hold it may have added is
-// taken back before returning the error: a caller told "no" must not hold the lock.
+// attempt runs the acquire script once. When its reply is lost (the connection broke) the
+// script may have run, so the hold it may have added is taken back before returning the
+// error: a caller told "no" must not hold the lock.
 func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string) (int64, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, false, err // nothing sent, so nothing to undo
 	}
-	l.mu.Lock()
-	before := l.holds
-	l.mu.Unlock()
+	l.op.Lock()
+	defer l.op.Unlock()
 	sent := time.Now()
-	ttl, err := lua.LockAcquire.Exec(ctx, l.c.rdb, []string{l.name}, []string{leaseMs, l.owner}).AsInt64()
+	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, []string{l.name},
+		[]string{leaseMs, l.owner}).AsInt64()
 	switch {
 	case err == nil:
 		return ttl, false, nil
@@ -185,16 +210,14 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 		return 0, true, nil
 	}
 	if !isRedisErr(err) {
-		l.undo(ctx, before, leaseMs)
+		l.undo(ctx)
 	}
 	return 0, false, fmt.Errorf("dsync: lock %q: %w", l.name, err)
 }
 
 // acquired records a hold that the script granted at sent, and makes sure its lease is kept
-// or timed before the caller learns it holds the lock.
+// or timed before the caller learns it holds the lock. Caller holds l.op.
 func (l *Lock) acquired(sent time.Time, lease time.Duration, leaseMs string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.holds++
 	l.leaseMs, l.leaseD = leaseMs, lease
 	keep := lease == 0
@@ -206,22 +229,35 @@ func (l *Lock) acquired(sent time.Time, lease time.Duration, leaseMs string) {
 		} else {
 			l.lease = l.c.wd.Watch(l.name, l.owner, sent, lease)
 		}
+		l.mu.Lock()
 		l.lost = l.lease.Lost()
+		l.mu.Unlock()
 	}
 }
 
-// undoTimeout bounds the clean-up after an acquire reply was lost; it runs even when the
-// caller's ctx has ended, since its purpose is to leave nothing behind.
-const undoTimeout = 2 * time.Second
+// leaseTTL is the TTL a partial release (or an undo) sets: the lease of the latest hold.
+func (l *Lock) leaseTTL() time.Duration {
+	if l.leaseD == 0 {
+		return l.c.wdTimeout
+	}
+	return l.leaseD
+}
 
-func (l *Lock) undo(ctx context.Context, before int, leaseMs string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	err := lua.LockUndo.Exec(ctx, l.c.rdb, []string{l.name, l.channel},
-		[]string{l.owner, strconv.Itoa(before), leaseMs, l.c.publishCmd, "0"}).Error()
+// undo takes back the hold a lost attempt may have added, leaving the handle's own holds and
+// their lease as they were. Like the attempt, it is awaited whatever ctx does: an undo
+// abandoned but still delivered later could take back a hold acquired since. Caller holds
+// l.op.
+func (l *Lock) undo(ctx context.Context) {
+	sent := time.Now()
+	n, err := lua.LockUndo.Exec(context.WithoutCancel(ctx), l.c.rdb, []string{l.name, l.channel},
+		[]string{l.owner, strconv.Itoa(l.holds), l.leaseMs, l.c.publishCmd, "0"}).AsInt64()
 	if err != nil {
 		l.c.log.Warn("acquire reply lost and undo failed; the lock may stay held until its lease runs out",
 			zap.String("lock", l.name), zap.String("owner", l.owner), zap.Error(err))
+		return
+	}
+	if n == 1 && l.holds > 0 && l.lease != nil {
+		l.lease.Reset(sent, l.leaseTTL(), l.leaseD == 0) // the undo set the TTL back to our lease
 	}
 }
 
@@ -229,53 +265,56 @@ func (l *Lock) undo(ctx context.Context, before int, leaseMs string) {
 // does not hold the lock the lock is untouched and the error matches ErrNotHeld; when it held
 // the lock but lost its lease, the error matches ErrLockLost too.
 //
-// An unlock whose reply is lost to the network is retried with the same request ID, so the
-// retry reports what the first run did instead of releasing twice. If Unlock still fails,
-// the lock may or may not be released; it is released at the latest when its lease runs out.
+// Unlock is not cut short by ctx: abandoning a release would leave the lock held until its
+// lease ran out, so it always runs, and a reply lost to the network is retried (within 10 s)
+// with the same request ID, which makes the retry report what the first run did instead of
+// releasing twice. If Unlock still fails, the lock may or may not be released; the watchdog
+// stops renewing it, so it is released at the latest when its lease runs out, and Lost
+// closes then if it was still held.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if err := l.check(ctx, nil); err != nil {
 		return err
 	}
-	l.mu.Lock()
+	l.op.Lock()
+	defer l.op.Unlock()
 	final := l.holds <= 1
-	lease, leaseMs, leaseD := l.lease, l.leaseMs, l.leaseD
+	lease := l.lease
 	if final && lease != nil {
-		// Before the script is sent, so no renewal can follow the release (Redisson #7272).
-		lease.Stop()
+		// Before the script is sent, and after any renewal already on its way has landed, so
+		// that no renewal can follow the release (Redisson #7272).
+		if round := lease.Stop(); round != nil {
+			<-round
+		}
 	}
-	l.mu.Unlock()
-
 	sent := time.Now()
-	freed, err := l.release(ctx, leaseMs)
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	freed, err := l.release(context.WithoutCancel(ctx))
 	switch {
 	case errors.Is(err, ErrNotHeld):
-		if l.holds > 0 {
-			l.holds = 0
-			if lease != nil {
-				lease.Stop()
-			}
-			return fmt.Errorf("%w: lock %q: %w", ErrLockLost, l.name, err)
+		if l.holds == 0 {
+			return err
 		}
-		return err
-	case err != nil:
-		return err
-	case freed:
 		l.holds = 0
 		if lease != nil {
 			lease.Stop()
 		}
+		return fmt.Errorf("%w: lock %q: %w", ErrLockLost, l.name, err)
+	case err != nil:
+		if final && lease != nil {
+			lease.Lapse()
+		}
+		return err
+	case freed:
+		l.holds = 0
+		if lease != nil {
+			lease.Stop() // Redis held fewer holds than the handle knew
+		}
 	default:
 		// Still held, and the script set the TTL again. If this handle thought the hold was its
-		// last, Redis knows better (a hold whose reply was lost and not undone): the stopped
+		// last, Redis knows better (a hold whose lost reply could not be undone): the stopped
 		// lease resumes.
 		l.holds = max(l.holds-1, 1)
 		if lease != nil {
-			if leaseD == 0 {
-				leaseD = l.c.wdTimeout
-			}
-			lease.Reset(sent, leaseD, l.leaseD == 0)
+			lease.Reset(sent, l.leaseTTL(), l.leaseD == 0)
 		}
 	}
 	return nil
@@ -291,11 +330,11 @@ const (
 )
 
 // release runs the release script, retrying lost replies with the same latch key. It
-// reports whether the lock was freed (false: still held).
-func (l *Lock) release(ctx context.Context, leaseMs string) (bool, error) {
+// reports whether the lock was freed (false: still held). Caller holds l.op.
+func (l *Lock) release(ctx context.Context) (bool, error) {
 	latch := unlockLatchKey(l.name, newRequestID())
 	keys := []string{l.name, l.channel, latch}
-	args := []string{"0", leaseMs, l.owner, l.c.publishCmd, unlockLatchMs}
+	args := []string{"0", l.leaseMs, l.owner, l.c.publishCmd, unlockLatchMs}
 	start := time.Now()
 	backoff := unlockBackoff
 	for attempt := 1; ; attempt++ {
@@ -310,8 +349,8 @@ func (l *Lock) release(ctx context.Context, leaseMs string) (bool, error) {
 			}
 			return false, fmt.Errorf("%w: lock %q, owner %s", ErrNotHeld, l.name, l.owner)
 		}
-		if isRedisErr(err) || ctx.Err() != nil || attempt == unlockAttempts ||
-			time.Since(start)+backoff > unlockBudget || errors.Is(err, rueidis.ErrClosing) {
+		if isRedisErr(err) || attempt == unlockAttempts || time.Since(start)+backoff > unlockBudget ||
+			errors.Is(err, rueidis.ErrClosing) {
 			if attempt > 1 {
 				l.c.janitor.del(latch)
 			}
@@ -319,14 +358,7 @@ func (l *Lock) release(ctx context.Context, leaseMs string) (bool, error) {
 		}
 		l.c.log.Debug("unlock reply lost; retrying with the same request ID",
 			zap.String("lock", l.name), zap.Int("attempt", attempt), zap.Error(err))
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			l.c.janitor.del(latch)
-			return false, fmt.Errorf("dsync: unlock %q: %w (after %v)", l.name, ctx.Err(), err)
-		}
+		time.Sleep(backoff)
 		backoff *= 2
 	}
 }

@@ -35,8 +35,10 @@ func (c *Client) await(ctx context.Context, channel string, policy pubsub.Policy
 			d = min(d, left)
 		}
 		timer.Reset(d)
+		woken := false
 		select {
 		case <-w.C():
+			woken = true
 		case <-timer.C:
 		case <-ctx.Done():
 			return false, ctx.Err()
@@ -45,6 +47,11 @@ func (c *Client) await(ctx context.Context, channel string, policy pubsub.Policy
 		}
 		var ok bool
 		ttl, ok, err = attempt(ctx)
+		if err != nil && woken {
+			// The wake-up may have been the only one a release sent this Client: it goes to
+			// another waiter rather than dying with this one.
+			w.Requeue()
+		}
 		if ok || err != nil {
 			return ok, err
 		}

@@ -89,9 +89,11 @@ type Lease struct {
 	gen      uint64    // bumped by Reset and Stop, so a late renewal result is not applied
 	active   bool
 	isLost   bool
+	round    chan struct{} // closed when the renewal round carrying this lease returns; nil if none
 }
 
 type roundResult struct {
+	done   chan struct{}
 	leases []*Lease
 	gens   []uint64
 	sent   time.Time
@@ -169,8 +171,10 @@ func (w *Watchdog) add(key, owner string, sent time.Time, lease time.Duration, k
 // renewal succeeded before the deadline, the watched lease ran out, or the watchdog closed.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
-// Reset records that the lock's TTL was set again at sent (a re-entry or a partial release):
-// to the watchdog timeout if keep, else to lease. A kept lease stays kept. Reset also
+// Reset records that the lock's TTL was set again by a command sent at sent (a re-entry or a
+// partial release): to the watchdog timeout if keep, else to lease. A kept lease stays kept
+// — as with Redisson, a re-entry with an explicit lease does not end the renewals — but its
+// deadline is the TTL Redis now has, and it is renewed within a third of it. Reset also
 // resumes a stopped lease. It reports false if the lease is already lost.
 func (l *Lease) Reset(sent time.Time, lease time.Duration, keep bool) bool {
 	w := l.w
@@ -183,10 +187,10 @@ func (l *Lease) Reset(sent time.Time, lease time.Duration, keep bool) bool {
 		w.loseLocked(l, "watchdog closed")
 		return false
 	}
-	if keep || (l.keep && l.active) {
-		keep, lease = true, w.timeout
+	if keep {
+		lease = w.timeout
 	}
-	l.resetLocked(sent, lease, keep)
+	l.resetLocked(sent, lease, keep || (l.keep && l.active))
 	return true
 }
 
@@ -194,7 +198,7 @@ func (l *Lease) resetLocked(sent time.Time, lease time.Duration, keep bool) {
 	w := l.w
 	l.keep = keep
 	l.deadline = sent.Add(lease)
-	l.next = sent.Add(w.interval)
+	l.next = sent.Add(min(w.interval, lease/3))
 	l.gen++
 	l.active = true
 	w.leases[l] = struct{}{}
@@ -211,15 +215,44 @@ func (l *Lease) resetLocked(sent time.Time, lease time.Duration, keep bool) {
 }
 
 // Stop stops renewing and timing the lease; Lost will not be closed by the watchdog
-// afterwards. Call it before the releasing command is sent, so that no renewal can follow
-// the release. Stop is idempotent.
-func (l *Lease) Stop() {
+// afterwards. Call it before the releasing command is sent. A renewal of the lease may
+// already be on its way to Redis: Stop then returns a channel closed when that round has
+// returned, and the release must wait for it, or the renewal could land after the release
+// and a re-acquisition by the same owner (Redisson #7272). Otherwise it returns nil. Stop is
+// idempotent.
+func (l *Lease) Stop() <-chan struct{} {
 	w := l.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l.gen++
 	l.active = false
 	delete(w.leases, l)
+	return l.round
+}
+
+// Lapse ends the renewals of a stopped lease whose release failed: the lock may still be
+// held, so the lease is timed again with the deadline it had, and Lost closes when it runs
+// out unless Stop or Reset comes first. Renewing it instead could keep an abandoned lock
+// alive for ever.
+func (l *Lease) Lapse() {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.isLost || l.active {
+		return
+	}
+	if w.closed {
+		w.loseLocked(l, "watchdog closed")
+		return
+	}
+	l.keep = false
+	l.gen++
+	l.active = true
+	w.leases[l] = struct{}{}
+	if w.wakeAt.IsZero() || l.deadline.Before(w.wakeAt) {
+		w.wakeAt = l.deadline
+		w.poke()
+	}
 }
 
 // Close stops the watchdog. Leases it still had are reported lost: nothing keeps them any
@@ -323,11 +356,12 @@ func (w *Watchdog) step(now time.Time) (time.Time, bool) {
 // keep being timed while Redis is slow. At most one round is in flight.
 func (w *Watchdog) startRound(now time.Time, due []*Lease) {
 	w.inflight = true
+	done := make(chan struct{})
 	bySlot := make(map[uint16][]*Lease)
 	for _, l := range due {
 		bySlot[l.slot] = append(bySlot[l.slot], l)
 	}
-	r := roundResult{sent: now}
+	r := roundResult{sent: now, done: done}
 	var batches []Batch
 	for _, ls := range bySlot {
 		for len(ls) > 0 {
@@ -335,6 +369,7 @@ func (w *Watchdog) startRound(now time.Time, due []*Lease) {
 			b := Batch{Keys: make([]string, n), Owners: make([]string, n)}
 			for i, l := range ls[:n] {
 				b.Keys[i], b.Owners[i] = l.key, l.owner
+				l.round = done
 				r.leases = append(r.leases, l)
 				r.gens = append(r.gens, l.gen)
 			}
@@ -346,9 +381,11 @@ func (w *Watchdog) startRound(now time.Time, due []*Lease) {
 	w.rounds.Add(1)
 	go func() {
 		defer w.rounds.Done()
-		ctx, cancel := context.WithTimeout(w.ctx, w.interval)
-		defer cancel()
-		r.res = w.renew(ctx, w.timeout, batches)
+		// No timeout of our own: a command abandoned by its context may still be sent by
+		// rueidis, and a renewal must never land after Stop said the round was over. A stuck
+		// round ends when the client's connection timeouts break the connection, or at Close.
+		r.res = w.renew(w.ctx, w.timeout, batches)
+		close(done)
 		select {
 		case w.results <- r:
 		case <-w.stop:
@@ -360,6 +397,11 @@ func (w *Watchdog) apply(r roundResult) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.inflight = false
+	for _, l := range r.leases {
+		if l.round == r.done {
+			l.round = nil
+		}
+	}
 	i := 0
 	for b, n := range r.sizes {
 		var res Result

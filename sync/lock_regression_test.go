@@ -1,0 +1,195 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/pubsub"
+)
+
+// A waiter that takes the only wake-up of a release and then cannot use it (its attempt
+// fails: a context that ended, a broken connection) passes it on: the other local waiter
+// takes the free lock at once, not at its TTL re-check 30 s later. The attempts are scripted,
+// so the interleaving is exact: B is the oldest waiter, so the release message goes to B.
+func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 60*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		const channel = "redisson_lock__channel:{wake-pass}"
+		const holderTTL = 30000 // ms: the re-check a lost wake-up would fall back to
+		var released atomic.Bool
+		var bCalls, cCalls atomic.Int32
+		bDone, cDone := make(chan error, 1), make(chan error, 1)
+		go func() {
+			_, err := c.await(ctx, channel, pubsub.LockPolicy, time.Time{}, holderTTL,
+				func(context.Context) (int64, bool, error) {
+					if bCalls.Add(1) == 1 {
+						return holderTTL, false, nil // the re-attempt after subscribing
+					}
+					return 0, false, errors.New("B cannot use its wake-up")
+				})
+			bDone <- err
+		}()
+		eventually(t, 5*time.Second, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 1 })
+		go func() {
+			ok, err := c.await(ctx, channel, pubsub.LockPolicy, time.Time{}, holderTTL,
+				func(context.Context) (int64, bool, error) {
+					cCalls.Add(1)
+					if released.Load() {
+						return 0, true, nil
+					}
+					return holderTTL, false, nil
+				})
+			if err == nil && !ok {
+				err = errors.New("C gave up")
+			}
+			cDone <- err
+		}()
+		eventually(t, 5*time.Second, "C registered and re-attempted", func() bool { return cCalls.Load() == 1 })
+
+		released.Store(true)
+		if err := rdb.Do(ctx, rdb.B().Publish().Channel(channel).Message("0").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-bDone; err == nil {
+			t.Fatal("B: want its attempt's error")
+		}
+		select {
+		case err := <-cDone:
+			if err != nil {
+				t.Fatalf("C: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("C still waiting 5 s after the release: the only wake-up died with B")
+		}
+	})
+}
+
+// A watchdog-kept hold re-entered with a short explicit lease stays kept, as in Redisson: the
+// watchdog renews it before the short TTL runs out, so it neither expires while held nor
+// reports a false loss.
+func TestReentryWithShortLeaseStaysKept(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(3*time.Second)) // renews every 1 s
+		mu := c.Lock("reenter-short")
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := mu.Lock(ctx, Lease(100*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		held := time.Now()
+		for time.Since(held) < 400*time.Millisecond {
+			if !exists(t, rdb, "reenter-short") {
+				t.Fatalf("the lock expired %v after a re-entry with a 100ms lease while held", time.Since(held))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if closed(mu.Lost()) {
+			t.Fatal("Lost closed while the lock was kept")
+		}
+		for i := 0; i < 2; i++ {
+			if err := mu.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// Goroutines sharing a handle: G2 locks while G1's final Unlock is in flight (slowed by a lost
+// reply). G2's hold must end up kept by the watchdog, not orphaned by G1's bookkeeping.
+func TestSharedHandleUnlockRacesLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(600*time.Millisecond))
+		admin := b.Client(t)
+		warmScripts(t, ctx, c)
+		mu := c.Lock("shared-handle")
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		proxy.DropReplyAfter([]byte(unlockLatchPrefix))
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- mu.Unlock(ctx) }() // G1
+		eventually(t, 2*time.Second, "release ran", func() bool { return !exists(t, admin, "shared-handle") })
+		if err := mu.Lock(ctx); err != nil { // G2, same handle
+			t.Fatal(err)
+		}
+		if err := <-unlocked; err != nil {
+			t.Fatalf("G1 Unlock: %v", err)
+		}
+		if proxy.Dropped() != 1 {
+			t.Fatalf("the proxy dropped %d replies, want 1", proxy.Dropped())
+		}
+		held := time.Now()
+		for time.Since(held) < 1500*time.Millisecond { // 2.5× the watchdog timeout
+			if !exists(t, admin, "shared-handle") {
+				t.Fatalf("G2's hold expired %v after it was taken: nothing renewed it", time.Since(held))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if closed(mu.Lost()) {
+			t.Fatal("Lost closed while G2's hold was kept")
+		}
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// `defer mu.Unlock(reqCtx)` with a request context that has ended still releases the lock.
+func TestUnlockWithEndedContextReleases(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		mu := c.Lock("ended-ctx")
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := mu.Unlock(ended); err != nil {
+			t.Fatalf("Unlock with an ended context: %v", err)
+		}
+		if exists(t, rdb, "ended-ctx") {
+			t.Fatal("lock still held after Unlock")
+		}
+	})
+}
+
+// A final Unlock that fails (Redis unreachable through every retry) leaves the lease neither
+// renewed for ever nor forgotten: it lapses, the lock expires with its lease, Lost closes
+// then, and a later Unlock says the lease was lost.
+func TestFailedUnlockLapsesLease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const timeout = 600 * time.Millisecond
+		ctx := testCtx(t, 30*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout))
+		admin := b.Client(t)
+		mu := c.Lock("unlock-fails")
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		proxy.Blackhole(true)
+		if err := mu.Unlock(ctx); err == nil {
+			t.Fatal("Unlock succeeded with Redis unreachable")
+		}
+		proxy.Blackhole(false)
+		select {
+		case <-mu.Lost():
+		case <-time.After(3 * timeout):
+			t.Fatal("Lost not closed after the failed release, although nothing renews the lock")
+		}
+		eventually(t, 2*timeout, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-fails") })
+		if err := mu.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Unlock after the lease lapsed: %v, want ErrLockLost", err)
+		}
+	})
+}

@@ -1,0 +1,96 @@
+package watchdog
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/redis/rueidis"
+)
+
+// A renewal round can be on its way when the holder releases. Stop hands that round back, and
+// a release that waits for it is never followed by the renewal — which otherwise stretches a
+// re-acquisition by the same owner (here with an explicit 200 ms lease) to the watchdog
+// timeout: the owner check in the script cannot tell the two holds apart (Redisson #7272).
+func TestStopWaitsForRoundInFlight(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		c := b.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		entered, gate := make(chan struct{}, 1), make(chan struct{})
+		renew := func(ctx context.Context, lease time.Duration, batches []Batch) []Result {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-gate // the round is in flight: its batch was taken while the lease was active
+			ms := strconv.FormatInt(lease.Milliseconds(), 10)
+			execs := make([]rueidis.LuaExec, len(batches))
+			for i, b := range batches {
+				execs[i] = rueidis.LuaExec{Keys: b.Keys, Args: append([]string{ms}, b.Owners...)}
+			}
+			resps := lua.LockRenew.ExecMulti(context.Background(), c, execs...)
+			out := make([]Result, len(batches))
+			for i := range out {
+				vals, err := resps[i].AsIntSlice()
+				out[i].Err = err
+				for _, v := range vals {
+					out[i].Held = append(out[i].Held, v == 1)
+				}
+			}
+			return out
+		}
+		const timeout = 3 * time.Second
+		const key, owner = "review:stale", "f8c1b4e2-0000-4000-8000-000000000001:1"
+		w := newWatchdog(t, Options{Timeout: timeout, Renew: renew})
+		acquire := func(ms string) time.Time {
+			sent := time.Now()
+			if err := lua.LockAcquire.Exec(ctx, c, []string{key}, []string{ms, owner}).Error(); !rueidis.IsRedisNil(err) {
+				t.Fatalf("acquire: %v", err)
+			}
+			return sent
+		}
+		l := w.Keep(key, owner, acquire("3000"))
+		select {
+		case <-entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no renewal round")
+		}
+		round := l.Stop()
+		if round == nil {
+			t.Fatal("Stop returned no round while one carrying the lease was in flight")
+		}
+		select {
+		case <-round:
+			t.Fatal("the round reported over while its renewal was still held back")
+		default:
+		}
+		close(gate)
+		select {
+		case <-round:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the round did not end")
+		}
+		if err := c.Do(ctx, c.B().Del().Key(key).Build()).Error(); err != nil { // the release
+			t.Fatal(err)
+		}
+		if !l.Reset(acquire("200"), 200*time.Millisecond, false) { // same owner, explicit 200 ms lease
+			t.Fatal("Reset")
+		}
+		if r := l.Stop(); r != nil {
+			select {
+			case <-r: // the finished round, not yet cleared by the loop
+			default:
+				t.Fatal("Stop returned a round in flight although none carries the lease")
+			}
+		}
+		time.Sleep(600 * time.Millisecond) // past the 200 ms lease: the hold must have expired
+		pttl, _ := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+		if pttl > 0 {
+			t.Fatalf("a hold taken with a 200 ms lease is still there after 600 ms (PTTL %d ms): a renewal landed after the release", pttl)
+		}
+	})
+}

@@ -24,13 +24,18 @@ func BenchmarkPing(b *testing.B) {
 	}
 }
 
-func BenchmarkLockUnlock(b *testing.B) {
-	srv := redistest.Redis(b)
-	c, err := New(srv.Client(b))
+// benchClient is a Client on a fresh real redis-server, closed when the benchmark ends.
+func benchClient(b *testing.B) *Client {
+	c, err := New(redistest.Redis(b).Client(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func BenchmarkLockUnlock(b *testing.B) {
+	c := benchClient(b)
 	ctx := context.Background()
 	mu := c.Lock("bench:solo")
 	b.ReportAllocs()
@@ -47,12 +52,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 // BenchmarkLockUnlockParallel runs Lock+Unlock from many goroutines, each on its own lock,
 // through one Client: rueidis pipelines the scripts of all of them on one connection.
 func BenchmarkLockUnlockParallel(b *testing.B) {
-	srv := redistest.Redis(b)
-	c, err := New(srv.Client(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := benchClient(b)
 	ctx := context.Background()
 	var n atomic.Int64
 	b.ReportAllocs()

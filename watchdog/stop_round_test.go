@@ -2,7 +2,6 @@ package watchdog
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,27 +20,14 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		entered, gate := make(chan struct{}, 1), make(chan struct{})
+		real := scriptRenew(c)
 		renew := func(ctx context.Context, lease time.Duration, batches []Batch) []Result {
 			select {
 			case entered <- struct{}{}:
 			default:
 			}
 			<-gate // the round is in flight: its batch was taken while the lease was active
-			ms := strconv.FormatInt(lease.Milliseconds(), 10)
-			execs := make([]rueidis.LuaExec, len(batches))
-			for i, b := range batches {
-				execs[i] = rueidis.LuaExec{Keys: b.Keys, Args: append([]string{ms}, b.Owners...)}
-			}
-			resps := lua.LockRenew.ExecMulti(context.Background(), c, execs...)
-			out := make([]Result, len(batches))
-			for i := range out {
-				vals, err := resps[i].AsIntSlice()
-				out[i].Err = err
-				for _, v := range vals {
-					out[i].Held = append(out[i].Held, v == 1)
-				}
-			}
-			return out
+			return real(context.Background(), lease, batches)
 		}
 		const timeout = 3 * time.Second
 		const key, owner = "review:stale", "f8c1b4e2-0000-4000-8000-000000000001:1"

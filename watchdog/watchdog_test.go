@@ -700,26 +700,7 @@ func TestRealRedis(t *testing.T) {
 		c := b.Client(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		renew := func(ctx context.Context, lease time.Duration, batches []Batch) []Result {
-			ms := strconv.FormatInt(lease.Milliseconds(), 10)
-			execs := make([]rueidis.LuaExec, len(batches))
-			for i, b := range batches {
-				execs[i] = rueidis.LuaExec{Keys: b.Keys, Args: append([]string{ms}, b.Owners...)}
-			}
-			resps := lua.LockRenew.ExecMulti(ctx, c, execs...)
-			out := make([]Result, len(batches))
-			for i := range out {
-				vals, err := resps[i].AsIntSlice()
-				if err != nil {
-					out[i].Err = err
-					continue
-				}
-				for _, v := range vals {
-					out[i].Held = append(out[i].Held, v == 1)
-				}
-			}
-			return out
-		}
+		renew := scriptRenew(c)
 
 		const timeout = 300 * time.Millisecond
 		const key, owner = "{lock}:orders", "f8c1b4e2-0000-4000-8000-000000000001:1"
@@ -760,4 +741,28 @@ func TestRealRedis(t *testing.T) {
 			t.Fatalf("EXISTS after the lease was lost = %d, %v; the renewal must not recreate the key", n, err)
 		}
 	})
+}
+
+// scriptRenew is a RenewFunc on the real renewal script, as the lock package builds it.
+func scriptRenew(c rueidis.Client) RenewFunc {
+	return func(ctx context.Context, lease time.Duration, batches []Batch) []Result {
+		ms := strconv.FormatInt(lease.Milliseconds(), 10)
+		execs := make([]rueidis.LuaExec, len(batches))
+		for i, b := range batches {
+			execs[i] = rueidis.LuaExec{Keys: b.Keys, Args: append([]string{ms}, b.Owners...)}
+		}
+		resps := lua.LockRenew.ExecMulti(ctx, c, execs...)
+		out := make([]Result, len(batches))
+		for i := range out {
+			vals, err := resps[i].AsIntSlice()
+			if err != nil {
+				out[i].Err = err
+				continue
+			}
+			for _, v := range vals {
+				out[i].Held = append(out[i].Held, v == 1)
+			}
+		}
+		return out
+	}
 }

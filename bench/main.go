@@ -39,6 +39,8 @@ type options struct {
 	parallel     int
 	scaleWaiters int
 	scaleLocks   int
+	only         string
+	cmdstats     bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -53,6 +55,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.parallel, "parallel", 64, "goroutines (each on its own key) of the parallel scenario")
 	fs.IntVar(&o.scaleWaiters, "scale-waiters", 10000, "waiters of the waiters-at-scale scenario")
 	fs.IntVar(&o.scaleLocks, "scale-locks", 1000, "locks of the waiters-at-scale scenario")
+	fs.StringVar(&o.only, "only", "", "run only the contenders whose name contains this (profiling)")
+	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats calls per acquisition of each contended run (profiling)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -131,6 +135,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var overlaps []string
 	for _, c := range contenders() {
+		if o.only != "" && !strings.Contains(c.name, o.only) {
+			continue
+		}
 		r := row{c: c}
 		if c.open != nil {
 			fmt.Fprintf(stdout, "%s ...\n", c.name)
@@ -176,13 +183,39 @@ func runContender(ctx context.Context, srv *server, r *row, o options) error {
 	if r.solo, err = solo(ctx, s, key+":solo", o.dur); err != nil {
 		return fmt.Errorf("solo: %w", err)
 	}
+	if o.cmdstats {
+		if err := srv.admin.Do(ctx, srv.admin.B().ConfigResetstat().Build()).Error(); err != nil {
+			return err
+		}
+	}
 	if r.parallel, err = parallel(ctx, s, key+":parallel:", o.parallel, o.dur); err != nil {
 		return fmt.Errorf("parallel: %w", err)
 	}
+	if o.cmdstats {
+		stats, err := srv.admin.Do(ctx, srv.admin.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %s parallel: %.0f cycles/s; server µs per cycle:%s\n", r.c.name, r.parallel,
+			usecPer(stats, int64(r.parallel*o.dur.Seconds())))
+	}
 	for _, w := range o.workers {
+		if o.cmdstats {
+			if err := srv.admin.Do(ctx, srv.admin.B().ConfigResetstat().Build()).Error(); err != nil {
+				return err
+			}
+		}
 		cr, err := contended(ctx, srv, s, key+":contended:"+strconv.Itoa(w), w, o.dur)
 		if err != nil {
 			return fmt.Errorf("contended W=%d: %w", w, err)
+		}
+		if o.cmdstats {
+			stats, err := srv.admin.Do(ctx, srv.admin.B().Info().Section("commandstats").Build()).ToString()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("  %s W=%d: %d acquisitions; calls per acquisition:%s\n", r.c.name, w, cr.acquisitions,
+				callsPer(stats, cr.acquisitions))
 		}
 		r.contended = append(r.contended, cr)
 	}

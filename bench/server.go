@@ -130,3 +130,44 @@ func peakRSS() (int64, error) {
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/self/status")
 }
+
+// callsPer summarises INFO commandstats as calls per acquisition of each command.
+func callsPer(stats string, acquisitions int64) string {
+	var b strings.Builder
+	for _, line := range strings.Split(stats, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok && acquisitions > 0 {
+				n, _ := strconv.ParseFloat(v, 64)
+				fmt.Fprintf(&b, " %s %.2f", strings.TrimPrefix(name, "cmdstat_"), n/float64(acquisitions))
+			}
+		}
+	}
+	return b.String()
+}
+
+// usecPer summarises INFO commandstats as server µs per cycle of each command, and in all.
+func usecPer(stats string, cycles int64) string {
+	var b strings.Builder
+	var total float64
+	for _, line := range strings.Split(stats, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || cycles == 0 {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				total += n
+				if n/float64(cycles) >= 0.05 {
+					fmt.Fprintf(&b, " %s %.2f", strings.TrimPrefix(name, "cmdstat_"), n/float64(cycles))
+				}
+			}
+		}
+	}
+	fmt.Fprintf(&b, " (total %.2f)", total/float64(cycles))
+	return b.String()
+}

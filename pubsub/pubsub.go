@@ -172,6 +172,23 @@ func (m *Mux) Waiters(name string) int {
 	return 0
 }
 
+// Join registers a waiter on name only if the channel already has local waiters, and
+// returns nil otherwise. The waiter is not signalled on registration: it queues behind the
+// others, and since a wake-one goes to the longest-waiting waiter, a message published
+// before it joined went to one of them. A caller that joins can skip its own first attempt;
+// a caller that gets nil attempts first and then calls Subscribe.
+func (m *Mux) Join(name string) *Waiter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch := m.channels[name]
+	if m.closed || ch == nil || len(ch.waiters) == 0 {
+		return nil
+	}
+	w := &Waiter{m: m, ch: ch, c: make(chan struct{}, 1)}
+	ch.waiters = append(ch.waiters, w)
+	return w
+}
+
 // C is signalled (capacity one, so signals coalesce) when the waiter should re-check.
 func (w *Waiter) C() <-chan struct{} { return w.c }
 

@@ -773,3 +773,37 @@ func TestSharded(t *testing.T) {
 		eventually(t, "SHARDNUMSUB 0 after the last waiter left", func() bool { return shardNumsub() == 0 })
 	})
 }
+
+// Join queues behind existing waiters only: nil on a channel without waiters, and no signal
+// on registration (the waiters before it are woken first), so a contended caller can skip an
+// attempt that could only fail. Wake-one then serves waiters in arrival order.
+func TestJoinQueuesBehindWaiters(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		pub := b.Client(t)
+		m := newMux(t, b.Client(t), Options{})
+		s := newSentinel(t, m, pub)
+		if w := m.Join("queue"); w != nil {
+			t.Fatal("Join on a channel without waiters returned a waiter")
+		}
+		first := subscribeN(t, m, "queue", LockPolicy, 1)[0] // subscribed, confirmation consumed
+		joined := m.Join("queue")
+		if joined == nil {
+			t.Fatal("Join behind a waiter returned nil")
+		}
+		defer joined.Close()
+		s.flush(t)
+		if take(joined) {
+			t.Fatal("a joined waiter was signalled on registration")
+		}
+		if m.Waiters("queue") != 2 {
+			t.Fatalf("Waiters = %d, want 2", m.Waiters("queue"))
+		}
+		publish(t, pub, "queue", "0")
+		s.flush(t)
+		wantSignalled(t, `"0" with a joined waiter`, []*Waiter{first, joined}, 0)
+		first.Close()
+		publish(t, pub, "queue", "0")
+		s.flush(t)
+		wantSignalled(t, `"0" after the first left`, []*Waiter{joined}, 0)
+	})
+}

@@ -172,21 +172,17 @@ func (l *Lock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error)
 	return l.acquire(ctx, cfg.lease, cfg.wait)
 }
 
-// acquire attempts, then waits up to wait (negative: without limit) for the lock.
+// acquire attempts, and waits up to wait (negative: without limit) for the lock.
 func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, error) {
-	var deadline time.Time
-	if wait > 0 {
-		deadline = time.Now().Add(wait)
-	}
 	leaseMs := l.c.wdMs
 	if lease > 0 {
 		leaseMs = strconv.FormatInt(lease.Milliseconds(), 10)
 	}
-	ttl, ok, err := l.attempt(ctx, lease, leaseMs)
-	if ok || err != nil || wait == 0 {
+	if wait == 0 { // no waiting: no closure to allocate
+		_, ok, err := l.attempt(ctx, lease, leaseMs)
 		return ok, err
 	}
-	return l.c.await(ctx, l.channel, pubsub.LockPolicy, deadline, ttl,
+	return l.c.acquire(ctx, l.channel, pubsub.LockPolicy, wait,
 		func(ctx context.Context) (int64, bool, error) { return l.attempt(ctx, lease, leaseMs) })
 }
 

@@ -14,7 +14,8 @@ import (
 // A waiter that takes the only wake-up of a release and then cannot use it (its attempt
 // fails: a context that ended, a broken connection) passes it on: the other local waiter
 // takes the free lock at once, not at its TTL re-check 30 s later. The attempts are scripted,
-// so the interleaving is exact: B is the oldest waiter, so the release message goes to B.
+// so the interleaving is exact: B is the oldest waiter, so the release message goes to B; C
+// queues behind B without attempting.
 func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 60*time.Second)
@@ -25,18 +26,18 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 		var bCalls, cCalls atomic.Int32
 		bDone, cDone := make(chan error, 1), make(chan error, 1)
 		go func() {
-			_, err := c.await(ctx, channel, pubsub.LockPolicy, time.Time{}, holderTTL,
+			_, err := c.acquire(ctx, channel, pubsub.LockPolicy, -1,
 				func(context.Context) (int64, bool, error) {
-					if bCalls.Add(1) == 1 {
-						return holderTTL, false, nil // the re-attempt after subscribing
+					if bCalls.Add(1) <= 2 {
+						return holderTTL, false, nil // the first try, and the one after subscribing
 					}
 					return 0, false, errors.New("B cannot use its wake-up")
 				})
 			bDone <- err
 		}()
-		eventually(t, 5*time.Second, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 1 })
+		eventually(t, 5*time.Second, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
 		go func() {
-			ok, err := c.await(ctx, channel, pubsub.LockPolicy, time.Time{}, holderTTL,
+			ok, err := c.acquire(ctx, channel, pubsub.LockPolicy, -1,
 				func(context.Context) (int64, bool, error) {
 					cCalls.Add(1)
 					if released.Load() {
@@ -49,7 +50,10 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 			}
 			cDone <- err
 		}()
-		eventually(t, 5*time.Second, "C registered and re-attempted", func() bool { return cCalls.Load() == 1 })
+		eventually(t, 5*time.Second, "C queued behind B", func() bool { return c.mux.Waiters(channel) == 2 })
+		if n := cCalls.Load(); n != 0 {
+			t.Fatalf("C attempted %d times before any release: it should queue behind B", n)
+		}
 
 		released.Store(true)
 		if err := rdb.Do(ctx, rdb.B().Publish().Channel(channel).Message("0").Build()).Error(); err != nil {

@@ -11,17 +11,41 @@ import (
 // lease in ms (negative: unknown), which bounds how long the next wait may last.
 type attemptFunc func(ctx context.Context) (ttl int64, ok bool, err error)
 
-// await is the waiting loop every blocking primitive shares (REDISSON-LAYOUT §2.3): after a
-// failed first attempt it registers on channel, then alternates waiting and attempting. A
-// wait ends at the first of: a wake-up from the channel (a release message, or the
-// subscription being confirmed, so nothing published before the subscription is missed), the
-// holder's TTL (a lost message costs latency, never liveness), the deadline, ctx, Close.
-// A zero deadline waits without limit. ttl is the first attempt's reply.
-func (c *Client) await(ctx context.Context, channel string, policy pubsub.Policy, deadline time.Time, ttl int64, attempt attemptFunc) (bool, error) {
+// acquire is how every blocking primitive takes what it waits for (REDISSON-LAYOUT §2.3):
+// attempt; on failure register on channel and alternate waiting and attempting. wait 0 makes
+// one attempt, a negative wait has no limit.
+//
+// A caller that finds other local waiters already on the channel queues behind them without
+// attempting: a release wakes the longest-waiting one, so an attempt of its own could only
+// fail — or barge ahead of waiters that came first. Within a Client, waiters are served in
+// arrival order, and a contended acquisition costs one script, not three.
+func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Policy, wait time.Duration, attempt attemptFunc) (bool, error) {
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	if wait != 0 {
+		if w := c.mux.Join(channel); w != nil {
+			return c.await(ctx, w, deadline, -1, attempt)
+		}
+	}
+	ttl, ok, err := attempt(ctx)
+	if ok || err != nil || wait == 0 {
+		return ok, err
+	}
 	w, err := c.mux.Subscribe(channel, policy)
 	if err != nil {
 		return false, ErrClosed
 	}
+	return c.await(ctx, w, deadline, ttl, attempt)
+}
+
+// await alternates waiting on w and attempting. A wait ends at the first of: a wake-up from
+// the channel (a release message, or the subscription being confirmed, so nothing published
+// before the subscription is missed), the holder's TTL (a lost message costs latency, never
+// liveness), the deadline, ctx, Close. A zero deadline waits without limit. ttl is the last
+// attempt's reply (negative: unknown).
+func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time, ttl int64, attempt attemptFunc) (bool, error) {
 	defer w.Close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -46,6 +70,7 @@ func (c *Client) await(ctx context.Context, channel string, policy pubsub.Policy
 			return false, ErrClosed
 		}
 		var ok bool
+		var err error
 		ttl, ok, err = attempt(ctx)
 		if err != nil && woken {
 			// The wake-up may have been the only one a release sent this Client: it goes to

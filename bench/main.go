@@ -41,6 +41,7 @@ type options struct {
 	scaleLocks   int
 	only         string
 	cmdstats     bool
+	rounds       int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -56,7 +57,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.scaleWaiters, "scale-waiters", 10000, "waiters of the waiters-at-scale scenario")
 	fs.IntVar(&o.scaleLocks, "scale-locks", 1000, "locks of the waiters-at-scale scenario")
 	fs.StringVar(&o.only, "only", "", "run only the contenders whose name contains this (profiling)")
-	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats calls per acquisition of each contended run (profiling)")
+	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel and contended run (profiling; use with -only)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds each scenario's time is split into, the contenders taking turns, so drift in the machine's speed hits all alike")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -66,8 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.dur <= 0 {
 		return o, fmt.Errorf("-dur must be > 0, got %v", o.dur)
 	}
-	if o.parallel <= 0 || o.scaleWaiters <= 0 || o.scaleLocks <= 0 {
-		return o, errors.New("-parallel, -scale-waiters and -scale-locks must be > 0")
+	if o.parallel <= 0 || o.scaleWaiters <= 0 || o.scaleLocks <= 0 || o.rounds <= 0 {
+		return o, errors.New("-parallel, -scale-waiters, -scale-locks and -rounds must be > 0")
 	}
 	for _, f := range strings.Split(workers, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -96,6 +98,11 @@ type row struct {
 	parallel  float64
 	contended []contendedResult
 	err       error
+
+	s          session
+	key        string
+	parCycles  int64
+	parElapsed time.Duration
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -133,22 +140,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if res.ping, err = floor(ctx, srv.addr, min(o.dur, 2*time.Second)); err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
-	var overlaps []string
 	for _, c := range contenders() {
 		if o.only != "" && !strings.Contains(c.name, o.only) {
 			continue
 		}
-		r := row{c: c}
+		r := row{c: c, key: "bench:" + strings.ReplaceAll(c.name, " ", "-")}
 		if c.open != nil {
-			fmt.Fprintf(stdout, "%s ...\n", c.name)
-			r.err = runContender(ctx, srv, &r, o)
-			for _, cr := range r.contended {
-				if cr.overlaps > 0 {
-					overlaps = append(overlaps, fmt.Sprintf("%s: %d overlaps with %d workers", c.name, cr.overlaps, cr.workers))
-				}
+			if r.s, r.err = c.open(srv.addr); r.err == nil {
+				defer r.s.close()
 			}
 		}
 		res.rows = append(res.rows, r)
+	}
+	runScenarios(ctx, srv, res.rows, o, stdout)
+	var overlaps []string
+	for _, r := range res.rows {
+		for _, cr := range r.contended {
+			if cr.overlaps > 0 {
+				overlaps = append(overlaps, fmt.Sprintf("%s: %d overlaps with %d workers", r.c.name, cr.overlaps, cr.workers))
+			}
+		}
 	}
 	fmt.Fprintln(stdout)
 	report := markdown(res)
@@ -170,56 +181,75 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func runContender(ctx context.Context, srv *server, r *row, o options) error {
-	if err := srv.flush(ctx); err != nil {
-		return err
-	}
-	s, err := r.c.open(srv.addr)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	key := "bench:" + strings.ReplaceAll(r.c.name, " ", "-")
-	if r.solo, err = solo(ctx, s, key+":solo", o.dur); err != nil {
-		return fmt.Errorf("solo: %w", err)
-	}
-	if o.cmdstats {
-		if err := srv.admin.Do(ctx, srv.admin.B().ConfigResetstat().Build()).Error(); err != nil {
-			return err
-		}
-	}
-	if r.parallel, err = parallel(ctx, s, key+":parallel:", o.parallel, o.dur); err != nil {
-		return fmt.Errorf("parallel: %w", err)
-	}
-	if o.cmdstats {
-		stats, err := srv.admin.Do(ctx, srv.admin.B().Info().Section("commandstats").Build()).ToString()
-		if err != nil {
-			return err
-		}
-		fmt.Printf("  %s parallel: %.0f cycles/s; server µs per cycle:%s\n", r.c.name, r.parallel,
-			usecPer(stats, int64(r.parallel*o.dur.Seconds())))
-	}
-	for _, w := range o.workers {
-		if o.cmdstats {
-			if err := srv.admin.Do(ctx, srv.admin.B().ConfigResetstat().Build()).Error(); err != nil {
-				return err
+// runScenarios runs every scenario for every contender. Each scenario's time is split into
+// rounds in which the contenders take turns, so that a machine whose speed drifts (a shared
+// or throttled CPU, a noisy neighbour) does not favour whoever happened to run in a fast
+// spell. A contender that fails is dropped from the remaining turns.
+func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdout io.Writer) {
+	slice := o.dur / time.Duration(o.rounds)
+	turn := func(what string, f func(r *row) error) {
+		fmt.Fprintf(stdout, "%s ...\n", what)
+		for range o.rounds {
+			for i := range rows {
+				r := &rows[i]
+				if r.s == nil || r.err != nil {
+					continue
+				}
+				if err := f(r); err != nil {
+					r.err = fmt.Errorf("%s: %w", what, err)
+				}
 			}
 		}
-		cr, err := contended(ctx, srv, s, key+":contended:"+strconv.Itoa(w), w, o.dur)
-		if err != nil {
-			return fmt.Errorf("contended W=%d: %w", w, err)
+	}
+	turn("solo", func(r *row) error {
+		d, err := solo(ctx, r.s, r.key+":solo", slice)
+		r.solo = append(r.solo, d...)
+		return err
+	})
+	turn("parallel", func(r *row) error {
+		stats := o.cmdstats && resetStats(ctx, srv) == nil
+		n, el, err := parallel(ctx, r.s, r.key+":parallel:", o.parallel, slice)
+		r.parCycles += n
+		r.parElapsed += el
+		if el > 0 {
+			r.parallel = float64(r.parCycles) / r.parElapsed.Seconds()
 		}
-		if o.cmdstats {
-			stats, err := srv.admin.Do(ctx, srv.admin.B().Info().Section("commandstats").Build()).ToString()
+		if stats {
+			printStats(ctx, srv, stdout, fmt.Sprintf("%s parallel, %d cycles; server µs per cycle", r.c.name, n), n, usecPer)
+		}
+		return err
+	})
+	for i, w := range o.workers {
+		turn(fmt.Sprintf("contended W=%d", w), func(r *row) error {
+			if len(r.contended) <= i {
+				r.contended = append(r.contended, contendedResult{})
+			}
+			stats := o.cmdstats && resetStats(ctx, srv) == nil
+			cr, err := contended(ctx, srv, r.s, r.key+":contended:"+strconv.Itoa(w), w, slice)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("  %s W=%d: %d acquisitions; calls per acquisition:%s\n", r.c.name, w, cr.acquisitions,
-				callsPer(stats, cr.acquisitions))
-		}
-		r.contended = append(r.contended, cr)
+			r.contended[i].add(cr)
+			if stats {
+				printStats(ctx, srv, stdout, fmt.Sprintf("%s W=%d, %d acquisitions; calls per acquisition", r.c.name, w, cr.acquisitions),
+					cr.acquisitions, callsPer)
+			}
+			return nil
+		})
 	}
-	return nil
+}
+
+func resetStats(ctx context.Context, srv *server) error {
+	return srv.admin.Do(ctx, srv.admin.B().ConfigResetstat().Build()).Error()
+}
+
+func printStats(ctx context.Context, srv *server, w io.Writer, what string, n int64, summarise func(string, int64) string) {
+	stats, err := srv.admin.Do(ctx, srv.admin.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		fmt.Fprintf(w, "  %s: %v\n", what, err)
+		return
+	}
+	fmt.Fprintf(w, "  %s:%s\n", what, summarise(stats, n))
 }
 
 func redisVersion(info string) string {

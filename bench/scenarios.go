@@ -82,11 +82,13 @@ func solo(ctx context.Context, s session, key string, dur time.Duration) (durati
 	return d, nil
 }
 
-// parallel runs lock+unlock from n goroutines, each on its own key, and returns cycles/s.
-func parallel(ctx context.Context, s session, prefix string, n int, dur time.Duration) (float64, error) {
+// parallel runs lock+unlock from n goroutines, each on its own key, and returns the cycles
+// completed and the time they took.
+func parallel(ctx context.Context, s session, prefix string, n int, dur time.Duration) (int64, time.Duration, error) {
 	var total atomic.Int64
 	errs := make(chan error, n)
-	stop := time.Now().Add(dur)
+	start := time.Now()
+	stop := start.Add(dur)
 	var wg gosync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -105,11 +107,12 @@ func parallel(ctx context.Context, s session, prefix string, n int, dur time.Dur
 		})
 	}
 	wg.Wait()
+	elapsed := time.Since(start)
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(total.Load()) / dur.Seconds(), nil
+	return total.Load(), elapsed, nil
 }
 
 // contendedResult is what W workers looping on one lock achieved.
@@ -122,6 +125,32 @@ type contendedResult struct {
 	fairness     float64
 	cpuPerAcq    time.Duration
 	overlaps     int64
+
+	counts  []int64 // acquisitions per worker
+	cpu     time.Duration
+	elapsed time.Duration
+}
+
+// add merges another run of the same scenario into r.
+func (r *contendedResult) add(o contendedResult) {
+	r.workers = o.workers
+	r.acquisitions += o.acquisitions
+	r.handoff = append(r.handoff, o.handoff...)
+	r.wait = append(r.wait, o.wait...)
+	r.overlaps += o.overlaps
+	r.cpu += o.cpu
+	r.elapsed += o.elapsed
+	if r.counts == nil {
+		r.counts = make([]int64, len(o.counts))
+	}
+	for i, c := range o.counts {
+		r.counts[i] += c
+	}
+	r.perSec = float64(r.acquisitions) / r.elapsed.Seconds()
+	r.fairness = jain(r.counts)
+	if r.acquisitions > 0 {
+		r.cpuPerAcq = r.cpu / time.Duration(r.acquisitions)
+	}
 }
 
 // Holding and idling times of a contended worker: each loops request → hold → release →
@@ -202,11 +231,12 @@ func contended(ctx context.Context, srv *server, s session, key string, w int, d
 		r.wait = append(r.wait, waits[id]...)
 		r.handoff = append(r.handoff, handoffs[id]...)
 	}
+	r.counts, r.cpu, r.elapsed = counts, cpu1-cpu0, elapsed
 	r.perSec = float64(r.acquisitions) / elapsed.Seconds()
 	r.fairness = jain(counts)
 	r.overlaps = overlaps.Load()
 	if r.acquisitions > 0 {
-		r.cpuPerAcq = (cpu1 - cpu0) / time.Duration(r.acquisitions)
+		r.cpuPerAcq = r.cpu / time.Duration(r.acquisitions)
 	}
 	return r, nil
 }

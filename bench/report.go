@@ -175,11 +175,11 @@ func writeOut(repo string, res *results, report string) error {
 	if err := os.MkdirAll(docs, 0o755); err != nil {
 		return err
 	}
-	if err := barChart(res, filepath.Join(docs, "bench-acquisitions.png"), "Acquisitions/s under contention (higher is better)", false,
+	if err := barChart(res, filepath.Join(docs, "bench-acquisitions.png"), "Acquisitions/s under contention (higher is better)",
 		func(c contendedResult) float64 { return c.perSec }); err != nil {
 		return err
 	}
-	if err := barChart(res, filepath.Join(docs, "bench-wait-p99.png"), "Wait p99 under contention, ms (lower is better, log scale)", true,
+	if err := barChart(res, filepath.Join(docs, "bench-wait-p99.png"), "Wait p99 under contention, ms (lower is better)",
 		func(c contendedResult) float64 { return float64(c.wait.pct(99)) / float64(time.Millisecond) }); err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func writeOut(repo string, res *results, report string) error {
 }
 
 // barChart draws one bar group per worker count, one bar per library that ran.
-func barChart(res *results, path, title string, logY bool, value func(contendedResult) float64) error {
+func barChart(res *results, path, title string, value func(contendedResult) float64) error {
 	p := plot.New()
 	p.Title.Text = title
 	var names []string
@@ -217,9 +217,6 @@ func barChart(res *results, path, title string, logY bool, value func(contendedR
 		vals := make(plotter.Values, len(ran))
 		for j, r := range ran {
 			vals[j] = value(r.contended[i])
-			if logY && vals[j] <= 0 {
-				vals[j] = 1e-3
-			}
 		}
 		bars, err := plotter.NewBarChart(vals, width)
 		if err != nil {
@@ -233,9 +230,5 @@ func barChart(res *results, path, title string, logY bool, value func(contendedR
 	}
 	p.Legend.Top = true
 	p.NominalX(names...)
-	if logY {
-		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	}
 	return p.Save(9*vg.Inch, 4*vg.Inch, path)
 }

@@ -25,14 +25,17 @@ var (
 )
 
 var (
-	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock], ARGV [leaseMs, owner].
-	// It replies nil when acquired, or the holder's PTTL.
+	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (old latch)], ARGV
+	// [leaseMs, owner]. It replies nil when acquired, or the holder's PTTL. The optional key is
+	// the owner's last unlock latch, which it deletes: the owner's next script is the latch's
+	// cheapest way out.
 	LockAcquire = rueidis.NewLuaScript(lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
-	// lock is freed: KEYS [lock, channel, latch], ARGV [message, leaseMs, owner, publishCmd,
-	// latchMs]. It replies nil (not held), 0 (still held) or 1 (freed); a retry with the same
-	// latch key replies what the first run did.
+	// lock is freed: KEYS [lock, channel, latch, (old latch)], ARGV [message, leaseMs, owner,
+	// publishCmd, latchMs]. It replies nil (not held), 0 (still held) or 1 (freed); a retry
+	// with the same latch key replies what the first run did. The optional key is the owner's
+	// previous latch, which it deletes.
 	LockRelease = rueidis.NewLuaScript(lockRelease)
 
 	// LockForceRelease deletes a lock whoever holds it and publishes the unlock message:

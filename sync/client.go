@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	gosync "sync"
@@ -118,6 +119,8 @@ type Client struct {
 	janitor *janitor
 
 	owners    atomic.Int64
+	requests  atomic.Uint64
+	reqPrefix string // 16 random hex characters, the first half of every unlock request ID
 	closed    chan struct{}
 	closeOnce gosync.Once
 }
@@ -149,6 +152,8 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		publishCmd: "PUBLISH",
 		closed:     make(chan struct{}),
 	}
+	prefix := uuid.New()
+	c.reqPrefix = hex.EncodeToString(prefix[:8])
 	mode := pubsub.Plain
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded
@@ -190,6 +195,21 @@ func (c *Client) isClosed() bool {
 	default:
 		return false
 	}
+}
+
+// newRequestID returns an unlock request ID in the form of Redisson's generateId(), 32
+// lowercase hex characters: a random per-Client half and a counter. It need only be unique —
+// Java reads only the latches it wrote itself — and a counter costs no randomness per unlock.
+func (c *Client) newRequestID() string {
+	var b [32]byte
+	copy(b[:16], c.reqPrefix)
+	n := c.requests.Add(1)
+	const digits = "0123456789abcdef"
+	for i := 31; i >= 16; i-- {
+		b[i] = digits[n&0xf]
+		n >>= 4
+	}
+	return string(b[:])
 }
 
 // newOwner returns a fresh owner ID, "<uuid>:<n>": Redisson's "<uuid>:<threadId>" form, so

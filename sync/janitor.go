@@ -9,63 +9,120 @@ import (
 	"go.uber.org/zap"
 )
 
-// janitor deletes unlock latches once their unlock has completed, batched and off the
-// caller's path: an unlock costs one round trip, and latches do not linger for their whole
-// PX. Keys are collected for a short window and deleted in one pipelined round trip, so a
-// burst of unlocks wakes nothing per call. A latch the janitor does not get to (queue full,
-// client closed) still expires by its PX.
+// janitor deletes the unlock latches that their handles' next scripts do not.
+//
+// A latch is done with once its unlock has completed. The handle's next acquire or release
+// script deletes it (it is in the lock's slot, so the script can declare it), which costs no
+// command of its own. Only a handle that stays idle leaves its latch to the janitor, which
+// deletes such latches in one pipelined batch after janitorDelay. Sending those DELs as the
+// latches appear would put a command of ours beside every caller's, and any concurrent
+// command switches a rueidis connection from direct writes to background pipelining for
+// good, which costs a sequential caller two goroutine hand-offs per command. A latch the
+// janitor does not get to (client closed in a hurry) still expires by its PX.
 type janitor struct {
 	rdb rueidis.Client
 	log *zap.Logger
 
 	mu      gosync.Mutex
-	pending []string
-	armed   bool // a flush is scheduled
+	idle    map[*Lock]leftLatch // the latest latch of each handle, until its next script
+	stray   []string            // latches of failed unlocks: deleted at the next flush
+	armed   bool                // a flush is scheduled
+	timer   *time.Timer         // the scheduled flush
 	closed  bool
 	flushes gosync.WaitGroup
 }
 
+type leftLatch struct {
+	key string
+	at  time.Time
+}
+
 const (
-	janitorWindow  = 20 * time.Millisecond
+	janitorDelay   = time.Second
 	janitorMaxKeys = 8192
 	janitorTimeout = 2 * time.Second
 )
 
 func newJanitor(rdb rueidis.Client, log *zap.Logger) *janitor {
-	return &janitor{rdb: rdb, log: log}
+	return &janitor{rdb: rdb, log: log, idle: make(map[*Lock]leftLatch)}
 }
 
-// del queues key for deletion without blocking.
-func (j *janitor) del(key string) {
+// leave records latch as l's latest; l's next script is expected to delete it.
+func (j *janitor) leave(l *Lock, latch string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.closed || len(j.pending) >= janitorMaxKeys {
+	if j.closed {
 		return
 	}
-	j.pending = append(j.pending, key)
+	if old, ok := j.idle[l]; ok {
+		j.stray = append(j.stray, old.key) // its script failed to carry it: delete it here
+	}
+	j.idle[l] = leftLatch{key: latch, at: time.Now()}
+	j.armLocked()
+}
+
+// taken records that l's script deleted l's latch.
+func (j *janitor) taken(l *Lock) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.idle, l)
+}
+
+// del queues a latch for the next flush.
+func (j *janitor) del(latch string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed || len(j.stray) >= janitorMaxKeys {
+		return
+	}
+	j.stray = append(j.stray, latch)
+	j.armLocked()
+}
+
+func (j *janitor) armLocked() {
 	if !j.armed {
 		j.armed = true
 		j.flushes.Add(1)
-		time.AfterFunc(janitorWindow, j.flush)
+		j.timer = time.AfterFunc(janitorDelay, j.flush)
 	}
 }
 
-// flush deletes what is pending; it runs on the timer's goroutine.
+// flush deletes the stray latches and those of handles idle for janitorDelay; it runs on the
+// timer's goroutine and re-arms while latches remain.
 func (j *janitor) flush() {
 	defer j.flushes.Done()
 	j.mu.Lock()
-	keys := j.pending
-	j.pending, j.armed = nil, false
+	keys := j.stray
+	j.stray = nil
+	cutoff := time.Now().Add(-janitorDelay)
+	for l, left := range j.idle {
+		if !left.at.After(cutoff) {
+			keys = append(keys, left.key)
+			delete(j.idle, l)
+		}
+	}
+	j.armed = false
+	if len(j.idle) > 0 && !j.closed {
+		j.armLocked()
+	}
 	j.mu.Unlock()
 	j.delete(keys)
 }
 
-// close deletes what is pending, waits for a scheduled flush, and stops taking keys.
+// close deletes every latch still known, waits for a scheduled flush, and stops.
 func (j *janitor) close() {
 	j.mu.Lock()
 	j.closed = true
-	keys := j.pending
-	j.pending = nil
+	if j.armed && j.timer.Stop() {
+		j.armed = false
+		j.flushes.Done() // the flush will not run: this is it
+	}
+	keys := j.stray
+	j.stray = nil
+	for l, left := range j.idle {
+		keys = append(keys, left.key)
+		delete(j.idle, l)
+	}
 	j.mu.Unlock()
 	j.delete(keys)
 	j.flushes.Wait()

@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 	gosync "sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 	"github.com/latchkey/latchkey/watchdog"
@@ -47,6 +45,7 @@ type Lock struct {
 	lease   *watchdog.Lease // the current (or last) hold's lease
 	leaseMs string          // TTL a partial release sets (Redisson's internalLockLeaseTime)
 	leaseD  time.Duration   // the same as a duration; 0 while the watchdog keeps the lock
+	latch   string          // the last unlock's latch, for the next script to delete
 
 	mu   gosync.Mutex    // guards lost, which Lost reads without waiting for an op
 	lost <-chan struct{} // lease.Lost() of the current (or last) hold
@@ -196,8 +195,12 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	l.op.Lock()
 	defer l.op.Unlock()
 	sent := time.Now()
-	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, []string{l.name},
+	keys := l.withLatch(l.name)
+	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, keys,
 		[]string{leaseMs, l.owner}).AsInt64()
+	if err == nil || rueidis.IsRedisNil(err) {
+		l.latchDeleted(keys, 1)
+	}
 	switch {
 	case err == nil:
 		return ttl, false, nil
@@ -228,6 +231,24 @@ func (l *Lock) acquired(sent time.Time, lease time.Duration, leaseMs string) {
 		l.mu.Lock()
 		l.lost = l.lease.Lost()
 		l.mu.Unlock()
+	}
+}
+
+// withLatch returns keys with the handle's last unlock latch appended, if it has one left to
+// delete: scripts take it as an optional last key. Caller holds l.op.
+func (l *Lock) withLatch(keys ...string) []string {
+	if l.latch != "" {
+		keys = append(keys, l.latch)
+	}
+	return keys
+}
+
+// latchDeleted notes that a script that ran with keys deleted the handle's last latch, if
+// keys (of which base are the script's own) carried it. Caller holds l.op.
+func (l *Lock) latchDeleted(keys []string, base int) {
+	if len(keys) > base {
+		l.latch = ""
+		l.c.janitor.taken(l)
 	}
 }
 
@@ -328,16 +349,20 @@ const (
 // release runs the release script, retrying lost replies with the same latch key. It
 // reports whether the lock was freed (false: still held). Caller holds l.op.
 func (l *Lock) release(ctx context.Context) (bool, error) {
-	latch := unlockLatchKey(l.name, newRequestID())
-	keys := []string{l.name, l.channel, latch}
+	latch := unlockLatchKey(l.name, l.c.newRequestID())
+	keys := l.withLatch(l.name, l.channel, latch)
 	args := []string{"0", l.leaseMs, l.owner, l.c.publishCmd, unlockLatchMs}
 	start := time.Now()
 	backoff := unlockBackoff
 	for attempt := 1; ; attempt++ {
 		v, err := lua.LockRelease.Exec(ctx, l.c.rdb, keys, args).AsInt64()
+		if err == nil || rueidis.IsRedisNil(err) {
+			l.latchDeleted(keys, 3)
+		}
 		switch {
 		case err == nil:
-			l.c.janitor.del(latch)
+			l.latch = latch
+			l.c.janitor.leave(l, latch)
 			return v == 1, nil
 		case rueidis.IsRedisNil(err):
 			if attempt > 1 {
@@ -359,11 +384,6 @@ func (l *Lock) release(ctx context.Context) (bool, error) {
 	}
 }
 
-// newRequestID is Redisson's generateId(): 16 random bytes as 32 lowercase hex characters.
-func newRequestID() string {
-	u := uuid.New()
-	return hex.EncodeToString(u[:])
-}
 
 func isRedisErr(err error) bool {
 	_, ok := rueidis.IsRedisErr(err)

@@ -197,3 +197,38 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 		}
 	})
 }
+
+// Unlock latches do not pile up: a handle's next script deletes its last one, so an active
+// handle leaves at most one behind, and the janitor deletes that once the handle is idle —
+// no Close needed.
+func TestLatchesDoNotLinger(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		latches := func() int {
+			keys, err := rdb.Do(ctx, rdb.B().Keys().Pattern(unlockLatchPrefix+"*").Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(keys)
+		}
+		mu := c.Lock("latches")
+		for i := 0; i < 50; i++ {
+			if err := mu.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := mu.Lock(ctx); err != nil { // a partial release leaves a latch too
+				t.Fatal(err)
+			}
+			for j := 0; j < 2; j++ {
+				if err := mu.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := latches(); n > 1 {
+				t.Fatalf("cycle %d: %d unlock latches alive, want at most the last one", i, n)
+			}
+		}
+		eventually(t, 3*janitorDelay, "the idle handle's last latch deleted", func() bool { return latches() == 0 })
+	})
+}

@@ -718,3 +718,22 @@ func TestClosedClient(t *testing.T) {
 		t.Fatal("second Close:", err)
 	}
 }
+
+func TestRequestIDs(t *testing.T) {
+	c, err := New(redistest.Miniredis(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seen := make(map[string]bool)
+	for i := 0; i < 1000; i++ {
+		id := c.newRequestID()
+		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
+			t.Fatalf("request ID %q is not 32 lowercase hex characters (Redisson's generateId form)", id)
+		}
+		if seen[id] {
+			t.Fatalf("request ID %q repeated", id)
+		}
+		seen[id] = true
+	}
+}

@@ -62,6 +62,7 @@ type Watchdog struct {
 	inflight bool
 	closed   bool
 	wakeAt   time.Time // when the loop's timer fires; zero when it is not set
+	busy     bool      // a lease was added since the loop last found none
 
 	kick    chan struct{}
 	results chan roundResult
@@ -202,6 +203,7 @@ func (l *Lease) resetLocked(sent time.Time, lease time.Duration, keep bool) {
 	l.gen++
 	l.active = true
 	w.leases[l] = struct{}{}
+	w.busy = true
 	// Wake the loop only if it would otherwise sleep past this lease's first event: a lock
 	// taken and released in a loop must not cost a goroutine wake-up per acquisition.
 	at := l.deadline
@@ -347,6 +349,14 @@ func (w *Watchdog) step(now time.Time) (time.Time, bool) {
 	}
 	if len(due) > 0 {
 		w.startRound(now, due)
+	}
+	if next.IsZero() && w.busy {
+		// No lease now, but leases come and go: a lock taken and released within a round
+		// trip is gone before this loop runs. Keeping the timer one interval lets the leases
+		// that follow, due no sooner, skip the wake-up; an interval without any lets the loop
+		// sleep until one comes.
+		w.busy = false
+		next = now.Add(w.interval)
 	}
 	w.wakeAt = next
 	return next, !next.IsZero()

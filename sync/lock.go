@@ -384,7 +384,6 @@ func (l *Lock) release(ctx context.Context) (bool, error) {
 	}
 }
 
-
 func isRedisErr(err error) bool {
 	_, ok := rueidis.IsRedisErr(err)
 	return ok

@@ -209,6 +209,7 @@ func barChart(res *results, path, title string, value func(contendedResult) floa
 		return nil
 	}
 	width := vg.Points(float64(60) / float64(len(res.opts.workers)))
+	var top float64
 	palette := []color.Color{
 		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
@@ -217,6 +218,7 @@ func barChart(res *results, path, title string, value func(contendedResult) floa
 		vals := make(plotter.Values, len(ran))
 		for j, r := range ran {
 			vals[j] = value(r.contended[i])
+			top = max(top, vals[j])
 		}
 		bars, err := plotter.NewBarChart(vals, width)
 		if err != nil {
@@ -229,6 +231,7 @@ func barChart(res *results, path, title string, value func(contendedResult) floa
 		p.Legend.Add(fmt.Sprintf("W=%d", w), bars)
 	}
 	p.Legend.Top = true
+	p.Y.Min, p.Y.Max = 0, top*1.15 // headroom, so the legend never covers a bar
 	p.NominalX(names...)
 	return p.Save(9*vg.Inch, 4*vg.Inch, path)
 }

@@ -98,6 +98,7 @@ type channel struct {
 	policy     Policy
 	waiters    []*Waiter // in registration order: wake-one picks the longest-waiting first
 	subscribed bool      // confirmed by the server on the current connection
+	hint       time.Time // when the awaited state may change with no message; see Hint
 }
 
 // Waiter is one local waiter's registration on a channel.
@@ -177,16 +178,44 @@ func (m *Mux) Waiters(name string) int {
 // others, and since a wake-one goes to the longest-waiting waiter, a message published
 // before it joined went to one of them. A caller that joins can skip its own first attempt;
 // a caller that gets nil attempts first and then calls Subscribe.
-func (m *Mux) Join(name string) *Waiter {
+//
+// Join also returns the channel's hint (zero if none): a state change that comes with no
+// message, such as a holder's lease running out, is the one thing the waiters ahead cannot
+// hand on, so a joined waiter must re-check by then itself.
+//
+// Join is for waiters that all want the same thing, such as an exclusive lock: a waiter that
+// could succeed where those ahead cannot (a reader behind a writer, a small semaphore
+// request behind a large one) must not join.
+func (m *Mux) Join(name string) (*Waiter, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ch := m.channels[name]
 	if m.closed || ch == nil || len(ch.waiters) == 0 {
-		return nil
+		return nil, time.Time{}
 	}
 	w := &Waiter{m: m, ch: ch, c: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
-	return w
+	return w, ch.hint
+}
+
+// Hint records, for waiters that join later, when the awaited state may next change with no
+// message (for a lock: when its holder's lease runs out, as the last attempt saw it). The
+// latest hint replaces earlier ones.
+func (w *Waiter) Hint(at time.Time) {
+	m := w.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w.ch != nil {
+		w.ch.hint = at
+	}
+}
+
+// Subscribed reports whether name's subscription is confirmed: for diagnostics and tests.
+func (m *Mux) Subscribed(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch := m.channels[name]
+	return ch != nil && ch.subscribed
 }
 
 // C is signalled (capacity one, so signals coalesce) when the waiter should re-check.

@@ -782,11 +782,11 @@ func TestJoinQueuesBehindWaiters(t *testing.T) {
 		pub := b.Client(t)
 		m := newMux(t, b.Client(t), Options{})
 		s := newSentinel(t, m, pub)
-		if w := m.Join("queue"); w != nil {
+		if w, _ := m.Join("queue"); w != nil {
 			t.Fatal("Join on a channel without waiters returned a waiter")
 		}
 		first := subscribeN(t, m, "queue", LockPolicy, 1)[0] // subscribed, confirmation consumed
-		joined := m.Join("queue")
+		joined, _ := m.Join("queue")
 		if joined == nil {
 			t.Fatal("Join behind a waiter returned nil")
 		}

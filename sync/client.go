@@ -2,8 +2,10 @@ package sync
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	gosync "sync"
 	"sync/atomic"
@@ -152,8 +154,11 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		publishCmd: "PUBLISH",
 		closed:     make(chan struct{}),
 	}
-	prefix := uuid.New()
-	c.reqPrefix = hex.EncodeToString(prefix[:8])
+	var prefix [8]byte
+	if _, err := rand.Read(prefix[:]); err != nil {
+		return nil, fmt.Errorf("dsync: random request-ID prefix: %w", err)
+	}
+	c.reqPrefix = hex.EncodeToString(prefix[:])
 	mode := pubsub.Plain
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded

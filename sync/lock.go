@@ -181,7 +181,12 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 		_, ok, err := l.attempt(ctx, lease, leaseMs)
 		return ok, err
 	}
-	return l.c.acquire(ctx, l.channel, pubsub.LockPolicy, wait,
+	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
+	// a release only it can make.
+	l.op.Lock()
+	join := l.holds == 0
+	l.op.Unlock()
+	return l.c.acquire(ctx, l.channel, pubsub.LockPolicy, wait, join,
 		func(ctx context.Context) (int64, bool, error) { return l.attempt(ctx, lease, leaseMs) })
 }
 
@@ -206,7 +211,7 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 		return ttl, false, nil
 	case rueidis.IsRedisNil(err):
 		l.acquired(sent, lease, leaseMs)
-		return 0, true, nil
+		return l.leaseTTL().Milliseconds(), true, nil
 	}
 	if !isRedisErr(err) {
 		l.undo(ctx)
@@ -372,7 +377,7 @@ func (l *Lock) release(ctx context.Context) (bool, error) {
 		}
 		if isRedisErr(err) || attempt == unlockAttempts || time.Since(start)+backoff > unlockBudget ||
 			errors.Is(err, rueidis.ErrClosing) {
-			if attempt > 1 {
+			if attempt > 1 || !isRedisErr(err) { // a run whose reply was lost may have written it
 				l.c.janitor.del(latch)
 			}
 			return false, fmt.Errorf("dsync: unlock %q: %w", l.name, err)

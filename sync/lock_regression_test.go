@@ -26,7 +26,7 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 		var bCalls, cCalls atomic.Int32
 		bDone, cDone := make(chan error, 1), make(chan error, 1)
 		go func() {
-			_, err := c.acquire(ctx, channel, pubsub.LockPolicy, -1,
+			_, err := c.acquire(ctx, channel, pubsub.LockPolicy, -1, true,
 				func(context.Context) (int64, bool, error) {
 					if bCalls.Add(1) <= 2 {
 						return holderTTL, false, nil // the first try, and the one after subscribing
@@ -37,7 +37,7 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 		}()
 		eventually(t, 5*time.Second, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
 		go func() {
-			ok, err := c.acquire(ctx, channel, pubsub.LockPolicy, -1,
+			ok, err := c.acquire(ctx, channel, pubsub.LockPolicy, -1, true,
 				func(context.Context) (int64, bool, error) {
 					cCalls.Add(1)
 					if released.Load() {

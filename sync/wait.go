@@ -7,26 +7,34 @@ import (
 	"github.com/latchkey/latchkey/pubsub"
 )
 
-// attemptFunc makes one attempt. ok reports success; otherwise ttl is the holder's remaining
-// lease in ms (negative: unknown), which bounds how long the next wait may last.
+// attemptFunc makes one attempt. ok reports success. ttl is in ms, negative when unknown: on
+// failure, the holder's remaining lease, which bounds how long the next wait may last; on
+// success, the lease just taken, which tells later waiters when to re-check.
 type attemptFunc func(ctx context.Context) (ttl int64, ok bool, err error)
 
 // acquire is how every blocking primitive takes what it waits for (REDISSON-LAYOUT §2.3):
 // attempt; on failure register on channel and alternate waiting and attempting. wait 0 makes
 // one attempt, a negative wait has no limit.
 //
-// A caller that finds other local waiters already on the channel queues behind them without
-// attempting: a release wakes the longest-waiting one, so an attempt of its own could only
-// fail — or barge ahead of waiters that came first. Within a Client, waiters are served in
-// arrival order, and a contended acquisition costs one script, not three.
-func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Policy, wait time.Duration, attempt attemptFunc) (bool, error) {
+// A caller that may join (join: it holds nothing a waiter ahead could need) and finds other
+// local waiters already on the channel queues behind them without attempting: a release
+// wakes the longest-waiting one, so an attempt of its own could only fail — or barge ahead
+// of waiters that came first. Within a Client, waiters are served in arrival order, and a
+// contended acquisition costs one script, not three. A joined waiter still re-checks by the
+// channel's hint (when the holder's lease runs out, which no message announces) and makes at
+// least one attempt before a deadline ends its wait.
+func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Policy, wait time.Duration, join bool, attempt attemptFunc) (bool, error) {
 	var deadline time.Time
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
 	}
-	if wait != 0 {
-		if w := c.mux.Join(channel); w != nil {
-			return c.await(ctx, w, deadline, -1, attempt)
+	if wait != 0 && join {
+		if w, hint := c.mux.Join(channel); w != nil {
+			ttl := int64(-1)
+			if !hint.IsZero() {
+				ttl = max(time.Until(hint).Milliseconds(), 0)
+			}
+			return c.await(ctx, w, deadline, ttl, false, attempt)
 		}
 	}
 	ttl, ok, err := attempt(ctx)
@@ -37,15 +45,24 @@ func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Poli
 	if err != nil {
 		return false, ErrClosed
 	}
-	return c.await(ctx, w, deadline, ttl, attempt)
+	hint(w, ttl)
+	return c.await(ctx, w, deadline, ttl, true, attempt)
+}
+
+// hint passes an attempt's ttl on to the waiters that join after it.
+func hint(w *pubsub.Waiter, ttlMs int64) {
+	if ttlMs >= 0 {
+		w.Hint(time.Now().Add(time.Duration(ttlMs) * time.Millisecond))
+	}
 }
 
 // await alternates waiting on w and attempting. A wait ends at the first of: a wake-up from
 // the channel (a release message, or the subscription being confirmed, so nothing published
 // before the subscription is missed), the holder's TTL (a lost message costs latency, never
 // liveness), the deadline, ctx, Close. A zero deadline waits without limit. ttl is the last
-// attempt's reply (negative: unknown).
-func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time, ttl int64, attempt attemptFunc) (bool, error) {
+// attempt's reply (negative: unknown); attempted says whether there was one, since a wait
+// that reaches its deadline makes one attempt if it had none.
+func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool, attempt attemptFunc) (bool, error) {
 	defer w.Close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -53,10 +70,10 @@ func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time
 		d := c.recheckAfter(ttl)
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
-			if left <= 0 {
+			if left <= 0 && attempted {
 				return false, nil
 			}
-			d = min(d, left)
+			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
 		woken := false
@@ -72,10 +89,14 @@ func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time
 		var ok bool
 		var err error
 		ttl, ok, err = attempt(ctx)
+		attempted = true
 		if err != nil && woken {
 			// The wake-up may have been the only one a release sent this Client: it goes to
 			// another waiter rather than dying with this one.
 			w.Requeue()
+		}
+		if err == nil {
+			hint(w, ttl)
 		}
 		if ok || err != nil {
 			return ok, err

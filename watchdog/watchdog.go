@@ -337,6 +337,10 @@ func (w *Watchdog) step(now time.Time) (time.Time, bool) {
 		if l.keep {
 			if !w.inflight && !l.next.After(horizon) {
 				due = append(due, l)
+				// Its deadline is still timed: a round that hangs must not let it pass unseen.
+				if next.IsZero() || l.deadline.Before(next) {
+					next = l.deadline
+				}
 				continue
 			}
 			if !w.inflight && l.next.Before(at) {

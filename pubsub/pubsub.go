@@ -142,7 +142,6 @@ func New(client rueidis.Client, opts Options) *Mux {
 // caller's next check cannot miss a message published before it registered. Every waiter of
 // one channel must pass the same policy; the first one's is kept.
 func (m *Mux) Subscribe(name string, policy Policy) (*Waiter, error) {
-	w := &Waiter{m: m, c: make(chan struct{}, 1)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -153,8 +152,7 @@ func (m *Mux) Subscribe(name string, policy Policy) (*Waiter, error) {
 		ch = &channel{name: name, policy: policy}
 		m.channels[name] = ch
 	}
-	w.ch = ch
-	ch.waiters = append(ch.waiters, w)
+	w := m.addLocked(ch)
 	if ch.subscribed {
 		w.signal()
 	} else {
@@ -193,9 +191,14 @@ func (m *Mux) Join(name string) (*Waiter, time.Time) {
 	if m.closed || ch == nil || len(ch.waiters) == 0 {
 		return nil, time.Time{}
 	}
+	return m.addLocked(ch), ch.hint
+}
+
+// addLocked registers a new waiter at the end of ch's queue. Caller holds m.mu.
+func (m *Mux) addLocked(ch *channel) *Waiter {
 	w := &Waiter{m: m, ch: ch, c: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
-	return w, ch.hint
+	return w
 }
 
 // Hint records, for waiters that join later, when the awaited state may next change with no

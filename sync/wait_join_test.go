@@ -17,6 +17,23 @@ func subscribed(t *testing.T, c *Client, channel string) {
 	eventually(t, 5*time.Second, "channel subscribed", func() bool { return c.mux.Subscribed(channel) })
 }
 
+// heldWithWaiter takes name with one handle and parks a second handle of the same Client on
+// it, subscribed; the second handle's Lock result arrives on done (its wait ends with the test).
+func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (holder *Lock, done <-chan error) {
+	t.Helper()
+	holder = c.Lock(name)
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	otherCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	result := make(chan error, 1)
+	go func() { result <- c.Lock(name).Lock(otherCtx) }()
+	eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.channel) == 1 })
+	subscribed(t, c, holder.channel)
+	return holder, result
+}
+
 // A handle that already holds the lock re-enters at once even while other handles of the
 // same Client wait for it. Queued behind them without attempting, the re-entry would stall
 // until its re-check (30 s): the only release that could wake it is its own.
@@ -24,16 +41,7 @@ func TestReentryNotQueuedBehindWaiters(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		c, _ := newClient(t, b.Addr)
-		holder, other := c.Lock("join:reentry"), c.Lock("join:reentry")
-		if err := holder.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		otherCtx, cancelOther := context.WithCancel(ctx)
-		defer cancelOther()
-		done := make(chan error, 1)
-		go func() { done <- other.Lock(otherCtx) }()
-		eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.channel) == 1 })
-		subscribed(t, c, holder.channel)
+		holder, done := heldWithWaiter(t, ctx, c, "join:reentry")
 
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -123,15 +131,7 @@ func TestTryLockTinyWaitAttemptsOnce(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		c, _ := newClient(t, b.Addr)
-		holder, other := c.Lock("join:tiny"), c.Lock("join:tiny")
-		if err := holder.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		otherCtx, cancelOther := context.WithCancel(ctx)
-		defer cancelOther()
-		go other.Lock(otherCtx)
-		eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.channel) == 1 })
-		subscribed(t, c, holder.channel)
+		holder, _ := heldWithWaiter(t, ctx, c, "join:tiny")
 		ok, err := holder.TryLock(ctx, WaitTime(time.Nanosecond))
 		if !ok || err != nil {
 			t.Fatalf("re-entrant TryLock(WaitTime(1ns)) = %v, %v; want true (TryLock() without WaitTime says true)", ok, err)

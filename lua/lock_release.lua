@@ -1,27 +1,43 @@
--- Reentrant lock release (Redisson RLock unlock with unlock latch, §2.4 and §1.6).
--- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] unlock latch key;
+-- Reentrant lock release (Redisson RLock unlock with unlock latch, §2.4 and §1.6), with an
+-- optional local hand-off (a latchkey addition that writes only Redisson's layout).
+-- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] this unlock's latch key;
 -- KEYS[4], optional: the owner's previous unlock latch, done with, to delete.
 -- ARGV[1] unlock message (0), ARGV[2] lease ms kept after a partial release,
--- ARGV[3] owner id, ARGV[4] publish command, ARGV[5] latch PX ms.
--- Reply: the stored outcome when this request already ran (a retry);
--- nil when the owner does not hold the lock; 0 when still held; 1 when freed.
+-- ARGV[3] owner id, ARGV[4] publish command, ARGV[5] latch PX ms,
+-- ARGV[6] '1' on a retry of this unlock, '0' on its first run;
+-- ARGV[7], ARGV[8], optional: an owner to hand the lock to when this release frees it, and
+-- that owner's lease ms.
+-- Reply: the stored outcome when this request already ran (a retry); nil when the owner does
+-- not hold the lock; 0 when still held; 1 when freed (and the message published); 2 when
+-- handed to ARGV[7], which then holds it once with its own lease (nothing is published: the
+-- lock was never free).
 if KEYS[4] then
     redis.call('del', KEYS[4])
 end
-local done = redis.call('get', KEYS[3])
-if done then
-    return tonumber(done)
+-- The request id is fresh on the first run, so only a retry can find a stored outcome.
+if ARGV[6] == '1' then
+    local done = redis.call('get', KEYS[3])
+    if done then
+        return tonumber(done)
+    end
 end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+if count == nil then
     return nil
 end
-local count = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if count > 0 then
+if count > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     redis.call('set', KEYS[3], 0, 'px', ARGV[5])
     return 0
 end
 redis.call('del', KEYS[1])
+if ARGV[7] then
+    redis.call('hset', KEYS[1], ARGV[7], 1)
+    redis.call('pexpire', KEYS[1], ARGV[8])
+    redis.call('set', KEYS[3], 2, 'px', ARGV[5])
+    return 2
+end
 redis.call(ARGV[4], KEYS[2], ARGV[1])
 redis.call('set', KEYS[3], 1, 'px', ARGV[5])
 return 1

@@ -33,9 +33,10 @@ var (
 
 	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
 	// lock is freed: KEYS [lock, channel, latch, (old latch)], ARGV [message, leaseMs, owner,
-	// publishCmd, latchMs]. It replies nil (not held), 0 (still held) or 1 (freed); a retry
-	// with the same latch key replies what the first run did. The optional key is the owner's
-	// previous latch, which it deletes.
+	// publishCmd, latchMs, retry (0|1), (heir, heirLeaseMs)]. It replies nil (not held), 0
+	// (still held), 1 (freed) or 2 (handed to the heir, who holds it once with its lease; no
+	// message); a retry with the same latch key replies what the first run did. The optional
+	// key is the owner's previous latch, which it deletes.
 	LockRelease = rueidis.NewLuaScript(lockRelease)
 
 	// LockForceRelease deletes a lock whoever holds it and publishes the unlock message:

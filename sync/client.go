@@ -54,6 +54,7 @@ type config struct {
 	log             *zap.Logger
 	id              string
 	mode            PubSubMode
+	maxHandoff      int
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog
@@ -106,6 +107,30 @@ func WithPubSubMode(mode PubSubMode) Option {
 	}
 }
 
+// DefaultLocalHandoff is how many times in a row a lock may be handed from one local handle
+// to the next before it is freed for every Client to race for (see WithLocalHandoff).
+const DefaultLocalHandoff = 8
+
+// WithLocalHandoff bounds local hand-off. When a handle releases a lock that other handles of
+// the same Client are waiting for, its release script hands the lock straight to the one that
+// has waited longest: one round trip, no message, no race. Handles of one Client are served
+// in arrival order.
+//
+// Other Clients and Java processes are woken only when the lock is freed, so a Client that
+// always handed its lock on would starve them. After max consecutive hand-offs the release
+// frees the lock and publishes, and all waiters race for it as they would without hand-off:
+// a waiter elsewhere waits at most about max holds longer than it otherwise would. 0
+// disables hand-off; default DefaultLocalHandoff.
+func WithLocalHandoff(max int) Option {
+	return func(c *config) error {
+		if max < 0 {
+			return invalid("local hand-off", "must be >= 0, got %d", max)
+		}
+		c.maxHandoff = max
+		return nil
+	}
+}
+
 // Client makes lock handles and runs what they share: the pub/sub connection, the watchdog
 // and the unlock-latch janitor. It is safe for concurrent use.
 type Client struct {
@@ -115,6 +140,9 @@ type Client struct {
 	wdTimeout  time.Duration
 	wdMs       string // wdTimeout in ms, as scripts take it
 	publishCmd string
+	maxHandoff int
+
+	heirs heirs // local waiters a release may hand its lock to
 
 	mux     *pubsub.Mux
 	wd      *watchdog.Watchdog
@@ -133,7 +161,8 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("client", "must not be nil")
 	}
-	cfg := config{watchdogTimeout: DefaultWatchdogTimeout, log: zap.NewNop(), mode: PubSubPlain}
+	cfg := config{watchdogTimeout: DefaultWatchdogTimeout, log: zap.NewNop(), mode: PubSubPlain,
+		maxHandoff: DefaultLocalHandoff}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, invalid("option", "#%d must not be nil", i)
@@ -152,6 +181,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		wdTimeout:  cfg.watchdogTimeout,
 		wdMs:       strconv.FormatInt(cfg.watchdogTimeout.Milliseconds(), 10),
 		publishCmd: "PUBLISH",
+		maxHandoff: cfg.maxHandoff,
 		closed:     make(chan struct{}),
 	}
 	var prefix [8]byte

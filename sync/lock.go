@@ -46,6 +46,7 @@ type Lock struct {
 	leaseMs string          // TTL a partial release sets (Redisson's internalLockLeaseTime)
 	leaseD  time.Duration   // the same as a duration; 0 while the watchdog keeps the lock
 	latch   string          // the last unlock's latch, for the next script to delete
+	run     int             // consecutive local hand-offs that led to the current hold
 
 	mu   gosync.Mutex    // guards lost, which Lost reads without waiting for an op
 	lost <-chan struct{} // lease.Lost() of the current (or last) hold
@@ -177,17 +178,21 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 	if lease > 0 {
 		leaseMs = strconv.FormatInt(lease.Milliseconds(), 10)
 	}
-	if wait == 0 { // no waiting: no closure to allocate
+	if wait == 0 { // no waiting: nothing to allocate
 		_, ok, err := l.attempt(ctx, lease, leaseMs)
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
-	// a release only it can make.
+	// a release only it can make. Nor can it be handed the lock, which it already holds.
 	l.op.Lock()
 	join := l.holds == 0
 	l.op.Unlock()
-	return l.c.acquire(ctx, l.channel, pubsub.LockPolicy, wait, join,
-		func(ctx context.Context) (int64, bool, error) { return l.attempt(ctx, lease, leaseMs) })
+	h := &heir{l: l, lease: lease, leaseMs: leaseMs}
+	var heir *heir
+	if join && l.c.maxHandoff > 0 {
+		heir = h
+	}
+	return l.c.acquire(ctx, l.channel, pubsub.LockPolicy, wait, join, h, heir)
 }
 
 // attempt runs the acquire script once. When its reply is lost (the connection broke) the
@@ -222,6 +227,9 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 // acquired records a hold that the script granted at sent, and makes sure its lease is kept
 // or timed before the caller learns it holds the lock. Caller holds l.op.
 func (l *Lock) acquired(sent time.Time, lease time.Duration, leaseMs string) {
+	if l.holds == 0 {
+		l.run = 0
+	}
 	l.holds++
 	l.leaseMs, l.leaseD = leaseMs, lease
 	keep := lease == 0
@@ -308,8 +316,16 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			<-round
 		}
 	}
+	// A final release may hand the lock to a local waiter instead of freeing it.
+	var h *heir
+	if final && l.run < l.c.maxHandoff {
+		h = l.c.heirs.reserve(l.name)
+	}
 	sent := time.Now()
-	freed, err := l.release(context.WithoutCancel(ctx))
+	outcome, err := l.release(context.WithoutCancel(ctx), h)
+	if h != nil {
+		l.handOver(h, outcome == releasedHanded, sent)
+	}
 	switch {
 	case errors.Is(err, ErrNotHeld):
 		if l.holds == 0 {
@@ -325,7 +341,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			lease.Lapse()
 		}
 		return err
-	case freed:
+	case outcome != releasedKept:
 		l.holds = 0
 		if lease != nil {
 			lease.Stop() // Redis held fewer holds than the handle knew
@@ -351,12 +367,24 @@ const (
 	unlockBackoff  = 20 * time.Millisecond
 )
 
-// release runs the release script, retrying lost replies with the same latch key. It
-// reports whether the lock was freed (false: still held). Caller holds l.op.
-func (l *Lock) release(ctx context.Context) (bool, error) {
+// What a release script did.
+const (
+	releasedKept   int64 = 0 // a hold was dropped; the lock is still held
+	releasedFreed  int64 = 1 // the lock was freed and the release published
+	releasedHanded int64 = 2 // the lock went to the heir
+)
+
+// release runs the release script, retrying lost replies with the same latch key, and
+// reports what it did. With an heir (reserved by the caller) the script hands the lock over
+// instead of freeing it. When the script's outcome stays unknown, a hand-off it may have made
+// is taken back from the heir. Caller holds l.op.
+func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 	latch := unlockLatchKey(l.name, l.c.newRequestID())
 	keys := l.withLatch(l.name, l.channel, latch)
-	args := []string{"0", l.leaseMs, l.owner, l.c.publishCmd, unlockLatchMs}
+	args := []string{"0", l.leaseMs, l.owner, l.c.publishCmd, unlockLatchMs, "0"}
+	if h != nil {
+		args = append(args, h.l.owner, h.leaseMs)
+	}
 	start := time.Now()
 	backoff := unlockBackoff
 	for attempt := 1; ; attempt++ {
@@ -368,25 +396,41 @@ func (l *Lock) release(ctx context.Context) (bool, error) {
 		case err == nil:
 			l.latch = latch
 			l.c.janitor.leave(l, latch)
-			return v == 1, nil
+			return v, nil
 		case rueidis.IsRedisNil(err):
 			if attempt > 1 {
 				l.c.janitor.del(latch)
 			}
-			return false, fmt.Errorf("%w: lock %q, owner %s", ErrNotHeld, l.name, l.owner)
+			return 0, fmt.Errorf("%w: lock %q, owner %s", ErrNotHeld, l.name, l.owner)
 		}
 		if isRedisErr(err) || attempt == unlockAttempts || time.Since(start)+backoff > unlockBudget ||
 			errors.Is(err, rueidis.ErrClosing) {
 			if attempt > 1 || !isRedisErr(err) { // a run whose reply was lost may have written it
 				l.c.janitor.del(latch)
+				if h != nil {
+					h.l.undo(ctx)
+				}
 			}
-			return false, fmt.Errorf("dsync: unlock %q: %w", l.name, err)
+			return 0, fmt.Errorf("dsync: unlock %q: %w", l.name, err)
 		}
 		l.c.log.Debug("unlock reply lost; retrying with the same request ID",
 			zap.String("lock", l.name), zap.Int("attempt", attempt), zap.Error(err))
+		args[5] = "1" // the first run may have stored its outcome
 		time.Sleep(backoff)
 		backoff *= 2
 	}
+}
+
+// handOver ends the reservation of h: when the release handed it the lock, h's handle
+// records the hold (and its lease is kept or timed) before h is told. Caller holds l.op;
+// h's op is held by the reservation.
+func (l *Lock) handOver(h *heir, handed bool, sent time.Time) {
+	if handed {
+		h.l.acquired(sent, h.lease, h.leaseMs)
+		h.l.run = l.run + 1
+	}
+	h.l.op.Unlock()
+	h.handed <- handed
 }
 
 func isRedisErr(err error) bool {

@@ -27,24 +27,24 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 		bDone, cDone := make(chan error, 1), make(chan error, 1)
 		go func() {
 			_, err := c.acquire(ctx, channel, pubsub.LockPolicy, -1, true,
-				func(context.Context) (int64, bool, error) {
+				attemptFunc(func(context.Context) (int64, bool, error) {
 					if bCalls.Add(1) <= 2 {
 						return holderTTL, false, nil // the first try, and the one after subscribing
 					}
 					return 0, false, errors.New("B cannot use its wake-up")
-				})
+				}), nil)
 			bDone <- err
 		}()
 		eventually(t, 5*time.Second, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
 		go func() {
 			ok, err := c.acquire(ctx, channel, pubsub.LockPolicy, -1, true,
-				func(context.Context) (int64, bool, error) {
+				attemptFunc(func(context.Context) (int64, bool, error) {
 					cCalls.Add(1)
 					if released.Load() {
 						return 0, true, nil
 					}
 					return holderTTL, false, nil
-				})
+				}), nil)
 			if err == nil && !ok {
 				err = errors.New("C gave up")
 			}

@@ -7,10 +7,17 @@ import (
 	"github.com/latchkey/latchkey/pubsub"
 )
 
-// attemptFunc makes one attempt. ok reports success. ttl is in ms, negative when unknown: on
-// failure, the holder's remaining lease, which bounds how long the next wait may last; on
+// An attempter makes one attempt. ok reports success. ttl is in ms, negative when unknown:
+// on failure, the holder's remaining lease, which bounds how long the next wait may last; on
 // success, the lease just taken, which tells later waiters when to re-check.
+type attempter interface {
+	attempt(ctx context.Context) (ttl int64, ok bool, err error)
+}
+
+// attemptFunc adapts a function to attempter.
 type attemptFunc func(ctx context.Context) (ttl int64, ok bool, err error)
+
+func (f attemptFunc) attempt(ctx context.Context) (int64, bool, error) { return f(ctx) }
 
 // acquire is how every blocking primitive takes what it waits for (REDISSON-LAYOUT §2.3):
 // attempt; on failure register on channel and alternate waiting and attempting. wait 0 makes
@@ -23,7 +30,10 @@ type attemptFunc func(ctx context.Context) (ttl int64, ok bool, err error)
 // contended acquisition costs one script, not three. A joined waiter still re-checks by the
 // channel's hint (when the holder's lease runs out, which no message announces) and makes at
 // least one attempt before a deadline ends its wait.
-func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Policy, wait time.Duration, join bool, attempt attemptFunc) (bool, error) {
+//
+// A non-nil heir is queued, while the caller waits, for a local release to hand the lock to
+// (see handoff.go).
+func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Policy, wait time.Duration, join bool, a attempter, h *heir) (bool, error) {
 	var deadline time.Time
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
@@ -34,10 +44,10 @@ func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Poli
 			if !hint.IsZero() {
 				ttl = max(time.Until(hint).Milliseconds(), 0)
 			}
-			return c.await(ctx, w, deadline, ttl, false, attempt)
+			return c.await(ctx, w, deadline, ttl, false, a, h)
 		}
 	}
-	ttl, ok, err := attempt(ctx)
+	ttl, ok, err := a.attempt(ctx)
 	if ok || err != nil || wait == 0 {
 		return ok, err
 	}
@@ -46,7 +56,7 @@ func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Poli
 		return false, ErrClosed
 	}
 	hint(w, ttl)
-	return c.await(ctx, w, deadline, ttl, true, attempt)
+	return c.await(ctx, w, deadline, ttl, true, a, h)
 }
 
 // hint passes an attempt's ttl on to the waiters that join after it.
@@ -59,11 +69,30 @@ func hint(w *pubsub.Waiter, ttlMs int64) {
 // await alternates waiting on w and attempting. A wait ends at the first of: a wake-up from
 // the channel (a release message, or the subscription being confirmed, so nothing published
 // before the subscription is missed), the holder's TTL (a lost message costs latency, never
-// liveness), the deadline, ctx, Close. A zero deadline waits without limit. ttl is the last
-// attempt's reply (negative: unknown); attempted says whether there was one, since a wait
-// that reaches its deadline makes one attempt if it had none.
-func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool, attempt attemptFunc) (bool, error) {
+// liveness), the deadline, ctx, Close — or, for an heir, the outcome of a release that
+// reserved it. A zero deadline waits without limit. ttl is the last attempt's reply
+// (negative: unknown); attempted says whether there was one, since a wait that reaches its
+// deadline makes one attempt if it had none.
+//
+// An heir that a release has reserved waits for that release's outcome even when its wait
+// ends meanwhile: if the lock was handed over, the caller holds it and acquire succeeds, as a
+// semaphore in golang.org/x/sync does when it is granted as its context ends.
+func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool, a attempter, h *heir) (bool, error) {
 	defer w.Close()
+	var handed <-chan bool
+	if h != nil {
+		c.heirs.add(h.l.name, h)
+		defer c.heirs.remove(h.l.name, h)
+		handed = h.handed
+	}
+	// quit ends the wait with err unless a reservation under way hands the lock over.
+	quit := func(err error) (bool, error) {
+		if h != nil && h.leave() {
+			hint(w, h.leaseTTL())
+			return true, nil
+		}
+		return false, err
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -71,24 +100,45 @@ func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 && attempted {
-				return false, nil
+				return quit(nil)
 			}
 			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
-		woken := false
+		woken, reserved := false, false
 		select {
 		case <-w.C():
 			woken = true
 		case <-timer.C:
+		case ok := <-handed:
+			if ok {
+				h.state.Store(heirGone)
+				hint(w, h.leaseTTL())
+				return true, nil
+			}
+			reserved = true // not handed over: the lock may be free, so attempt now
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return quit(ctx.Err())
 		case <-c.closed:
-			return false, ErrClosed
+			return quit(ErrClosed)
+		}
+		if h != nil {
+			if !reserved && !h.state.CompareAndSwap(heirParked, heirBusy) {
+				// Reserved since the select: the release's outcome decides.
+				if <-h.handed {
+					h.state.Store(heirGone)
+					if woken {
+						w.Requeue() // the wake-up was for someone else
+					}
+					hint(w, h.leaseTTL())
+					return true, nil
+				}
+			}
+			h.state.Store(heirBusy)
 		}
 		var ok bool
 		var err error
-		ttl, ok, err = attempt(ctx)
+		ttl, ok, err = a.attempt(ctx)
 		attempted = true
 		if err != nil && woken {
 			// The wake-up may have been the only one a release sent this Client: it goes to
@@ -100,6 +150,9 @@ func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time
 		}
 		if ok || err != nil {
 			return ok, err
+		}
+		if h != nil {
+			h.state.Store(heirParked)
 		}
 	}
 }

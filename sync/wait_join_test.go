@@ -147,16 +147,16 @@ func TestJoinedTryLockAttemptsBeforeGivingUp(t *testing.T) {
 		const channel = "redisson_lock__channel:{join:scripted}"
 		aCtx, cancelA := context.WithCancel(ctx)
 		defer cancelA()
-		go c.acquire(aCtx, channel, pubsub.LockPolicy, -1, true, func(context.Context) (int64, bool, error) {
+		go c.acquire(aCtx, channel, pubsub.LockPolicy, -1, true, attemptFunc(func(context.Context) (int64, bool, error) {
 			return 30000, false, nil // A waits behind a holder with 30 s left
-		})
+		}), nil)
 		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(channel) == 1 })
 		subscribed(t, c, channel)
 		var calls int
-		ok, err := c.acquire(ctx, channel, pubsub.LockPolicy, time.Nanosecond, true, func(context.Context) (int64, bool, error) {
+		ok, err := c.acquire(ctx, channel, pubsub.LockPolicy, time.Nanosecond, true, attemptFunc(func(context.Context) (int64, bool, error) {
 			calls++
 			return 30000, true, nil // the lock was free after all
-		})
+		}), nil)
 		if !ok || err != nil || calls != 1 {
 			t.Fatalf("joined TryLock with a 1ns wait: %v, %v after %d attempts; want true after 1", ok, err, calls)
 		}

@@ -1,0 +1,373 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// parkedHeirs counts the waiters of name that a release could hand the lock to now.
+func parkedHeirs(c *Client, name string) int {
+	c.heirs.mu.Lock()
+	defer c.heirs.mu.Unlock()
+	n := 0
+	for _, h := range c.heirs.queue[name] {
+		if h.state.Load() == heirParked {
+			n++
+		}
+	}
+	return n
+}
+
+// rawSubscribe subscribes a plain connection to channel, as a Java process would, and returns
+// its messages.
+func rawSubscribe(t *testing.T, ctx context.Context, rdb rueidis.Client, channel string) <-chan string {
+	t.Helper()
+	sub, cancel := rdb.Dedicate()
+	t.Cleanup(cancel)
+	msgs := make(chan string, 64)
+	sub.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { msgs <- m.Message }})
+	if err := sub.Do(ctx, sub.B().Subscribe().Channel(channel).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+// noMessage fails if msgs has a message now, after a PING through rdb has made sure that
+// whatever was published before it has been delivered.
+func noMessage(t *testing.T, ctx context.Context, rdb rueidis.Client, msgs <-chan string, what string) {
+	t.Helper()
+	if err := rdb.Do(ctx, rdb.B().Publish().Channel("fence").Message("x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("%s: %q published, want nothing", what, m)
+	default:
+	}
+}
+
+// startLock runs mu.Lock in a goroutine and returns its result.
+func startLock(ctx context.Context, mu *Lock, opts ...LockOption) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- mu.Lock(ctx, opts...) }()
+	return done
+}
+
+func await(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not within 10 s", what)
+	}
+}
+
+// A release hands the lock to the longest-waiting local waiter in its own script: the
+// heir holds it at once, in Redisson's layout, and nothing is published, since the lock was
+// never free. The last release, with nobody left waiting, frees it and publishes.
+func TestHandoffToLongestWaitingLocalWaiter(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		msgs := rawSubscribe(t, ctx, rdb, lockChannel("relay"))
+		a, bb, cc := c.Lock("relay"), c.Lock("relay"), c.Lock("relay")
+		if err := a.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		bDone := startLock(ctx, bb)
+		eventually(t, 5*time.Second, "B waiting", func() bool { return parkedHeirs(c, "relay") == 1 })
+		cDone := startLock(ctx, cc)
+		eventually(t, 5*time.Second, "C waiting", func() bool { return parkedHeirs(c, "relay") == 2 })
+
+		if err := a.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		await(t, bDone, "B handed the lock")
+		fields, err := rdb.Do(ctx, rdb.B().Hgetall().Key("relay").Build()).AsStrMap()
+		if err != nil || len(fields) != 1 || fields[bb.Owner()] != "1" {
+			t.Fatalf("lock hash after the hand-off %v (%v), want {%s: 1}", fields, err, bb.Owner())
+		}
+		if ttl := pttl(t, rdb, "relay"); ttl <= 0 || ttl > DefaultWatchdogTimeout.Milliseconds() {
+			t.Fatalf("PTTL %d after the hand-off, want B's watchdog lease", ttl)
+		}
+		noMessage(t, ctx, rdb, msgs, "hand-off A → B")
+		select {
+		case err := <-cDone:
+			t.Fatalf("C acquired (%v) while B holds the lock", err)
+		default:
+		}
+
+		if err := bb.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		await(t, cDone, "C handed the lock")
+		noMessage(t, ctx, rdb, msgs, "hand-off B → C")
+		if n, err := cc.HoldCount(ctx); n != 1 || err != nil {
+			t.Fatalf("C's hold count %d (%v), want 1", n, err)
+		}
+		if err := cc.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-msgs:
+			if m != "0" {
+				t.Fatalf("last release published %q, want 0", m)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the last release, with no local waiter, published nothing")
+		}
+		if exists(t, rdb, "relay") {
+			t.Fatal("lock alive after the last unlock")
+		}
+	})
+}
+
+// A lock handed over under the watchdog is kept by it, and one handed over with an explicit
+// lease gets that lease and is not renewed.
+func TestHandoffLeases(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const timeout = 300 * time.Millisecond
+		ctx := testCtx(t, 30*time.Second)
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
+		a, kept, timed := c.Lock("leases"), c.Lock("leases"), c.Lock("leases")
+		if err := a.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		keptDone := startLock(ctx, kept)
+		eventually(t, 5*time.Second, "kept waiting", func() bool { return parkedHeirs(c, "leases") == 1 })
+		timedDone := startLock(ctx, timed, Lease(5*timeout))
+		eventually(t, 5*time.Second, "timed waiting", func() bool { return parkedHeirs(c, "leases") == 2 })
+		if err := a.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		await(t, keptDone, "kept handed the lock")
+		if b.Mini == nil {
+			time.Sleep(4 * timeout) // real expiry: the watchdog must renew across several leases
+		} else {
+			// miniredis's clock moves only when told to: age the lease, then see it renewed.
+			b.Mini.FastForward(2 * timeout / 3)
+			eventually(t, 5*timeout, "handed-over lease renewed", func() bool {
+				return pttl(t, rdb, "leases") > timeout.Milliseconds()/2
+			})
+		}
+		if held, err := kept.IsHeld(ctx); !held || err != nil {
+			t.Fatalf("handed-over lock not kept by the watchdog after 4 leases: %v, %v", held, err)
+		}
+		if err := kept.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		await(t, timedDone, "timed handed the lock")
+		if ttl := pttl(t, rdb, "leases"); ttl <= timeout.Milliseconds() || ttl > 5*timeout.Milliseconds() {
+			t.Fatalf("PTTL %d after handing over with Lease(%v)", ttl, 5*timeout)
+		}
+		if n, err := timed.HoldCount(ctx); n != 1 || err != nil {
+			t.Fatalf("hold count %d (%v), want 1", n, err)
+		}
+		if err := timed.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// After max hand-offs in a row the release frees the lock and publishes, so that waiters of
+// other Clients get their turn; WithLocalHandoff(0) never hands over.
+func TestHandoffRunIsCapped(t *testing.T) {
+	for _, max := range []int{0, 2} {
+		t.Run(fmt.Sprintf("max=%d", max), func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := testCtx(t, 30*time.Second)
+				c, rdb := newClient(t, b.Addr, WithLocalHandoff(max))
+				msgs := rawSubscribe(t, ctx, rdb, lockChannel("capped"))
+				holder := c.Lock("capped")
+				if err := holder.Lock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				const waiters = 5
+				acquired := make(chan *Lock, waiters)
+				for i := range waiters {
+					mu := c.Lock("capped")
+					go func() {
+						if err := mu.Lock(ctx); err != nil {
+							t.Error(err)
+						}
+						acquired <- mu
+					}()
+					eventually(t, 5*time.Second, "waiter queued", func() bool { return c.mux.Waiters(lockChannel("capped")) == i+1 })
+				}
+				// Each release of the relay: a hand-off publishes nothing, a free publishes 0.
+				var published []bool
+				for range waiters {
+					if err := holder.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+					select {
+					case holder = <-acquired:
+					case <-time.After(10 * time.Second):
+						t.Fatal("no waiter acquired after a release")
+					}
+					select {
+					case <-msgs:
+						published = append(published, true)
+					default:
+						noMessage(t, ctx, rdb, msgs, "")
+						published = append(published, false)
+					}
+				}
+				if err := holder.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				// With max 2: hand, hand, free, hand, hand. With 0: free every time.
+				want := []bool{false, false, true, false, false}
+				if max == 0 {
+					want = []bool{true, true, true, true, true}
+				}
+				if fmt.Sprint(published) != fmt.Sprint(want) {
+					t.Fatalf("published per release %v, want %v", published, want)
+				}
+			})
+		})
+	}
+}
+
+// The cap is what keeps a busy Client from starving others: a waiter on another Client gets
+// the lock while the first Client's workers keep contending for it.
+func TestHandoffDoesNotStarveOtherClients(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		if b.Mini != nil {
+			t.Skip("real Redis only: the holds take real time")
+		}
+		ctx := testCtx(t, 60*time.Second)
+		busy, _ := newClient(t, b.Addr)
+		other, _ := newClient(t, b.Addr)
+		stop := make(chan struct{})
+		var loops atomic.Int64
+		errs := make(chan error, 8)
+		for range 8 {
+			mu := busy.Lock("hot")
+			go func() {
+				for {
+					select {
+					case <-stop:
+						errs <- nil
+						return
+					default:
+					}
+					if err := mu.Lock(ctx); err != nil {
+						errs <- err
+						return
+					}
+					time.Sleep(time.Millisecond)
+					loops.Add(1)
+					if err := mu.Unlock(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		eventually(t, 10*time.Second, "the busy Client contending", func() bool { return loops.Load() > 50 })
+		mu := other.Lock("hot")
+		if ok, err := mu.TryLock(ctx, WaitTime(20*time.Second)); !ok || err != nil {
+			t.Fatalf("the other Client's waiter starved: %v, %v (busy Client made %d acquisitions)", ok, err, loops.Load())
+		}
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// A hand-off whose reply is lost is retried with the same request ID and reported as done:
+// the releaser has let go, the heir holds the lock once — even when the heir's context
+// ended while the release was retrying, since the lock was already its.
+func TestHandoffReplyLost(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr())
+		admin := b.Client(t)
+		warmScripts(t, ctx, c)
+		a, heirMu := c.Lock("lossy-relay"), c.Lock("lossy-relay")
+		if err := a.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		heirCtx, cancelHeir := context.WithCancel(ctx)
+		defer cancelHeir()
+		done := startLock(heirCtx, heirMu)
+		eventually(t, 5*time.Second, "heir waiting", func() bool { return parkedHeirs(c, "lossy-relay") == 1 })
+		// The heir's owner ID is in the release only when it hands over.
+		proxy.DropReplyAfter([]byte(heirMu.Owner()))
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- a.Unlock(ctx) }()
+		eventually(t, 5*time.Second, "release reply dropped", func() bool { return proxy.Dropped() == 1 })
+		cancelHeir() // while the releaser backs off before its retry
+		if err := <-unlocked; err != nil {
+			t.Fatalf("unlock with a lost hand-off reply: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("heir: %v, want the lock it was handed", err)
+		}
+		if n := mustInt(t, admin.Do(ctx, admin.B().Hget().Key("lossy-relay").Field(heirMu.Owner()).Build())); n != 1 {
+			t.Fatalf("heir's hold count %d, want 1", n)
+		}
+		if held, _ := a.IsHeld(ctx); held {
+			t.Fatal("releaser still holds the lock")
+		}
+		if err := heirMu.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if exists(t, admin, "lossy-relay") {
+			t.Fatal("lock alive after the heir's unlock")
+		}
+	})
+}
+
+// A waiter whose wait ends while no release has reserved it leaves the queue: later
+// releases neither hand it the lock nor wait for it.
+func TestHandoffSkipsWaitersThatLeft(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		a, gone, stays := c.Lock("left"), c.Lock("left"), c.Lock("left")
+		if err := a.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		goneCtx, cancel := context.WithCancel(ctx)
+		goneDone := startLock(goneCtx, gone)
+		eventually(t, 5*time.Second, "first waiter queued", func() bool { return parkedHeirs(c, "left") == 1 })
+		staysDone := startLock(ctx, stays)
+		eventually(t, 5*time.Second, "second waiter queued", func() bool { return parkedHeirs(c, "left") == 2 })
+		cancel()
+		if err := <-goneDone; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled waiter: %v, want context.Canceled", err)
+		}
+		if err := a.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		await(t, staysDone, "remaining waiter handed the lock")
+		if held, _ := gone.IsHeld(ctx); held {
+			t.Fatal("the waiter that left holds the lock")
+		}
+		if err := stays.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if exists(t, rdb, "left") {
+			t.Fatal("lock alive after the last unlock")
+		}
+	})
+}

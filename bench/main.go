@@ -42,6 +42,7 @@ type options struct {
 	only         string
 	cmdstats     bool
 	rounds       int
+	pin          bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -59,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.only, "only", "", "run only the contenders whose name contains this (profiling)")
 	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel and contended run (profiling; use with -only)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each scenario's time is split into, the contenders taking turns, so drift in the machine's speed hits all alike")
+	fs.BoolVar(&o.pin, "pin", true, "run the latency scenarios (floor, solo) with this process and the redis-server it started on one CPU (Linux)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -86,6 +88,7 @@ type results struct {
 	opts    options
 	server  string
 	ping    durations
+	pinned  string // how the latency scenarios ran: on which CPU, or why not pinned
 	scale   scaleResult
 	rows    []row
 	started time.Time
@@ -137,7 +140,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if res.scale, err = scale(ctx, srv, o.scaleWaiters, o.scaleLocks); err != nil {
 		return fmt.Errorf("waiters at scale: %w", err)
 	}
-	if res.ping, err = floor(ctx, srv.addr, min(o.dur, 2*time.Second)); err != nil {
+	pin := latencyPinning(o, srv, res, stdout)
+	unpin := pin()
+	res.ping, err = floor(ctx, srv.addr, min(o.dur, 2*time.Second))
+	unpin()
+	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	for _, c := range contenders() {
@@ -152,7 +159,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		res.rows = append(res.rows, r)
 	}
-	runScenarios(ctx, srv, res.rows, o, stdout)
+	runScenarios(ctx, srv, res.rows, o, stdout, pin)
 	var overlaps []string
 	for _, r := range res.rows {
 		for _, cr := range r.contended {
@@ -185,7 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // rounds in which the contenders take turns, so that a machine whose speed drifts (a shared
 // or throttled CPU, a noisy neighbour) does not favour whoever happened to run in a fast
 // spell. A contender that fails is dropped from the remaining turns.
-func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdout io.Writer) {
+func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdout io.Writer, pin func() (unpin func())) {
 	slice := o.dur / time.Duration(o.rounds)
 	turn := func(what string, f func(r *row) error) {
 		fmt.Fprintf(stdout, "%s ...\n", what)
@@ -202,7 +209,9 @@ func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdou
 		}
 	}
 	turn("solo", func(r *row) error {
+		unpin := pin()
 		d, err := solo(ctx, r.s, r.key+":solo", slice)
+		unpin()
 		r.solo = append(r.solo, d...)
 		return err
 	})
@@ -236,6 +245,36 @@ func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdou
 			}
 			return nil
 		})
+	}
+}
+
+// latencyPinning returns what pins the latency scenarios to one CPU (see pinOneCPU), and
+// records in res how they ran. Pinning needs the redis-server this run started; with -redis
+// or -pin=false, or where it fails, they run unpinned.
+func latencyPinning(o options, srv *server, res *results, stdout io.Writer) func() (unpin func()) {
+	none := func() func() { return func() {} }
+	switch {
+	case !o.pin:
+		res.pinned = "unpinned (-pin=false)"
+		return none
+	case srv.cmd == nil:
+		res.pinned = "unpinned (Redis not started by this run)"
+		return none
+	}
+	restore, cpu, err := pinOneCPU(srv.cmd.Process.Pid)
+	if err != nil {
+		res.pinned = "unpinned (" + err.Error() + ")"
+		fmt.Fprintf(stdout, "Latency scenarios run unpinned: %v\n", err)
+		return none
+	}
+	restore()
+	res.pinned = fmt.Sprintf("with the benchmark and Redis on one CPU (%d)", cpu)
+	return func() func() {
+		restore, _, err := pinOneCPU(srv.cmd.Process.Pid)
+		if err != nil {
+			return func() {}
+		}
+		return restore
 	}
 }
 

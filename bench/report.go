@@ -122,6 +122,9 @@ func markdown(res *results) string {
 	fmt.Fprintf(&b, "Redis %s on loopback; %d timed seconds per scenario and library; run %s.\n\n",
 		res.server, int(o.dur.Seconds()), res.started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "**Floor** — PING round trip: p50 %s, p99 %s.\n\n", fmtDur(res.ping.pct(50)), fmtDur(res.ping.pct(99)))
+	fmt.Fprintf(&b, "Floor and solo ran %s; parallel and contended on every CPU. "+
+		"Pinned, a latency is the round trip plus the CPU work a library makes the client and Redis do; "+
+		"unpinned, on a small VM, it swings 2–3× with whether the scheduler puts the two processes on one CPU.\n\n", res.pinned)
 
 	b.WriteString("**Solo** (one goroutine, lock+unlock of a free lock) and **parallel** (")
 	fmt.Fprintf(&b, "%d goroutines, each on its own key). Latency: lower is better; throughput: higher.\n\n", o.parallel)

@@ -4,29 +4,31 @@
 -- KEYS[4], optional: the owner's previous unlock latch, done with, to delete.
 -- ARGV[1] unlock message (0), ARGV[2] lease ms kept after a partial release,
 -- ARGV[3] owner id, ARGV[4] publish command, ARGV[5] latch PX ms,
--- ARGV[6] '1' on a retry of this unlock, '0' on its first run;
+-- ARGV[6] the holds the owner knows it has (this release drops one);
 -- ARGV[7], ARGV[8], optional: an owner to hand the lock to when this release frees it, and
 -- that owner's lease ms.
--- Reply: the stored outcome when this request already ran (a retry); nil when the owner does
--- not hold the lock; 0 when still held; 1 when freed (and the message published); 2 when
--- handed to ARGV[7], which then holds it once with its own lease (nothing is published: the
--- lock was never free).
+-- Reply: the stored outcome when this request already ran; nil when the owner does not hold
+-- the lock; 0 when still held; 1 when freed (and the message published); 2 when handed to
+-- ARGV[7], which then holds it once with its own lease (nothing is published: the lock was
+-- never free).
+--
+-- The count left is one below what the owner knows, whatever Redis counted: a hold whose
+-- outcome the owner never learned is not kept alive by a release the owner means as its last.
 if KEYS[4] then
     redis.call('del', KEYS[4])
 end
--- The request id is fresh on the first run, so only a retry can find a stored outcome.
-if ARGV[6] == '1' then
-    local done = redis.call('get', KEYS[3])
-    if done then
-        return tonumber(done)
-    end
+-- First, even on a first run: the first run of a request whose reply was lost may reach
+-- Redis after its retry, and must then change nothing.
+local done = redis.call('get', KEYS[3])
+if done then
+    return tonumber(done)
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-if count == nil then
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
-if count > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[3], -1)
+local holds = tonumber(ARGV[6])
+if holds > 1 then
+    redis.call('hset', KEYS[1], ARGV[3], holds - 1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     redis.call('set', KEYS[3], 0, 'px', ARGV[5])
     return 0

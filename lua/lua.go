@@ -26,14 +26,16 @@ var (
 
 var (
 	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (old latch)], ARGV
-	// [leaseMs, owner]. It replies nil when acquired, or the holder's PTTL. The optional key is
+	// [leaseMs, owner, holdsKnown]; the count becomes holdsKnown+1. It replies nil when
+	// acquired, or the holder's PTTL. The optional key is
 	// the owner's last unlock latch, which it deletes: the owner's next script is the latch's
 	// cheapest way out.
 	LockAcquire = rueidis.NewLuaScript(lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
 	// lock is freed: KEYS [lock, channel, latch, (old latch)], ARGV [message, leaseMs, owner,
-	// publishCmd, latchMs, retry (0|1), (heir, heirLeaseMs)]. It replies nil (not held), 0
+	// publishCmd, latchMs, holdsKnown, (heir, heirLeaseMs)]; the count becomes holdsKnown-1,
+	// and the lock is freed at 0. It replies nil (not held), 0
 	// (still held), 1 (freed) or 2 (handed to the heir, who holds it once with its lease; no
 	// message); a retry with the same latch key replies what the first run did. The optional
 	// key is the owner's previous latch, which it deletes.

@@ -171,6 +171,20 @@ func (m *Mux) Waiters(name string) int {
 	return 0
 }
 
+// Pending returns how many of name's local waiters have a signal they have not taken yet:
+// for diagnostics and tests.
+func (m *Mux) Pending(name string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	if ch := m.channels[name]; ch != nil {
+		for _, w := range ch.waiters {
+			n += len(w.c)
+		}
+	}
+	return n
+}
+
 // Join registers a waiter on name only if the channel already has local waiters, and
 // returns nil otherwise. The waiter is not signalled on registration: it queues behind the
 // others, and since a wake-one goes to the longest-waiting waiter, a message published

@@ -119,8 +119,9 @@ const DefaultLocalHandoff = 8
 // Other Clients and Java processes are woken only when the lock is freed, so a Client that
 // always handed its lock on would starve them. After max consecutive hand-offs the release
 // frees the lock and publishes, and all waiters race for it as they would without hand-off:
-// a waiter elsewhere waits at most about max holds longer than it otherwise would. 0
-// disables hand-off; default DefaultLocalHandoff.
+// a waiter elsewhere gets its chance at least once every max+1 releases instead of at every
+// one (each chance is a race, as with Redisson's non-fair lock). 0 disables hand-off; default
+// DefaultLocalHandoff.
 func WithLocalHandoff(max int) Option {
 	return func(c *config) error {
 		if max < 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,32 +26,74 @@ func parkedHeirs(c *Client, name string) int {
 	return n
 }
 
-// rawSubscribe subscribes a plain connection to channel, as a Java process would, and returns
-// its messages.
-func rawSubscribe(t *testing.T, ctx context.Context, rdb rueidis.Client, channel string) <-chan string {
+// settled waits until n waiters of name are parked with no wake-up left to take: a waiter
+// that has a pending one (the confirmation of its subscription comes after it parks) would
+// be making an attempt of its own when the next release looks for an heir.
+func settled(t *testing.T, c *Client, name string, n int) {
+	t.Helper()
+	channel := lockChannel(name)
+	eventually(t, 5*time.Second, fmt.Sprintf("%d waiters of %s parked", n, name), func() bool {
+		return c.mux.Subscribed(channel) && c.mux.Pending(channel) == 0 && c.mux.Waiters(channel) == n &&
+			(c.maxHandoff == 0 || parkedHeirs(c, name) == n)
+	})
+}
+
+// rawSub is a plain subscriber on a lock's channel, as a Java process would have, plus a
+// fence channel: Redis delivers one connection's messages in publish order, so once the
+// fence's message arrives, everything published on the lock channel before it has too.
+type rawSub struct {
+	rdb     rueidis.Client
+	channel string
+	msgs    chan rueidis.PubSubMessage
+}
+
+const fenceChannel = "test:fence"
+
+func rawSubscribe(t *testing.T, ctx context.Context, rdb rueidis.Client, channel string) *rawSub {
 	t.Helper()
 	sub, cancel := rdb.Dedicate()
 	t.Cleanup(cancel)
-	msgs := make(chan string, 64)
-	sub.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { msgs <- m.Message }})
-	if err := sub.Do(ctx, sub.B().Subscribe().Channel(channel).Build()).Error(); err != nil {
+	s := &rawSub{rdb: rdb, channel: channel, msgs: make(chan rueidis.PubSubMessage, 64)}
+	sub.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { s.msgs <- m }})
+	if err := sub.Do(ctx, sub.B().Subscribe().Channel(channel, fenceChannel).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	return msgs
+	return s
 }
 
-// noMessage fails if msgs has a message now, after a PING through rdb has made sure that
-// whatever was published before it has been delivered.
-func noMessage(t *testing.T, ctx context.Context, rdb rueidis.Client, msgs <-chan string, what string) {
+// published returns the messages published on the lock channel since the last call.
+func (s *rawSub) published(t *testing.T, ctx context.Context) []string {
 	t.Helper()
-	if err := rdb.Do(ctx, rdb.B().Publish().Channel("fence").Message("x").Build()).Error(); err != nil {
+	if err := s.rdb.Do(ctx, s.rdb.B().Publish().Channel(fenceChannel).Message("x").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case m := <-msgs:
-		t.Fatalf("%s: %q published, want nothing", what, m)
-	default:
+	var got []string
+	for {
+		select {
+		case m := <-s.msgs:
+			if m.Channel == fenceChannel {
+				return got
+			}
+			got = append(got, m.Message)
+		case <-time.After(5 * time.Second):
+			t.Fatal("fence message not delivered within 5 s")
+		}
 	}
+}
+
+// quiet fails if anything was published on the lock channel since the last check.
+func (s *rawSub) quiet(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	if got := s.published(t, ctx); len(got) > 0 {
+		t.Fatalf("%s: %q published, want nothing", what, got)
+	}
+}
+
+// handoffMarker is what only a release that hands the lock to heir sends: the heir's owner
+// ID followed by its lease as the next argument. (The heir's own attempts send its owner ID
+// followed by its hold count.)
+func handoffMarker(heir *Lock) []byte {
+	return []byte(heir.Owner() + "\r\n$" + strconv.Itoa(len(heir.c.wdMs)) + "\r\n" + heir.c.wdMs)
 }
 
 // startLock runs mu.Lock in a goroutine and returns its result.
@@ -79,15 +122,15 @@ func TestHandoffToLongestWaitingLocalWaiter(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
 		c, rdb := newClient(t, b.Addr)
-		msgs := rawSubscribe(t, ctx, rdb, lockChannel("relay"))
+		sub := rawSubscribe(t, ctx, rdb, lockChannel("relay"))
 		a, bb, cc := c.Lock("relay"), c.Lock("relay"), c.Lock("relay")
 		if err := a.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
 		bDone := startLock(ctx, bb)
-		eventually(t, 5*time.Second, "B waiting", func() bool { return parkedHeirs(c, "relay") == 1 })
+		settled(t, c, "relay", 1)
 		cDone := startLock(ctx, cc)
-		eventually(t, 5*time.Second, "C waiting", func() bool { return parkedHeirs(c, "relay") == 2 })
+		settled(t, c, "relay", 2)
 
 		if err := a.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -100,7 +143,7 @@ func TestHandoffToLongestWaitingLocalWaiter(t *testing.T) {
 		if ttl := pttl(t, rdb, "relay"); ttl <= 0 || ttl > DefaultWatchdogTimeout.Milliseconds() {
 			t.Fatalf("PTTL %d after the hand-off, want B's watchdog lease", ttl)
 		}
-		noMessage(t, ctx, rdb, msgs, "hand-off A → B")
+		sub.quiet(t, ctx, "hand-off A → B")
 		select {
 		case err := <-cDone:
 			t.Fatalf("C acquired (%v) while B holds the lock", err)
@@ -111,20 +154,15 @@ func TestHandoffToLongestWaitingLocalWaiter(t *testing.T) {
 			t.Fatal(err)
 		}
 		await(t, cDone, "C handed the lock")
-		noMessage(t, ctx, rdb, msgs, "hand-off B → C")
+		sub.quiet(t, ctx, "hand-off B → C")
 		if n, err := cc.HoldCount(ctx); n != 1 || err != nil {
 			t.Fatalf("C's hold count %d (%v), want 1", n, err)
 		}
 		if err := cc.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case m := <-msgs:
-			if m != "0" {
-				t.Fatalf("last release published %q, want 0", m)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("the last release, with no local waiter, published nothing")
+		if got := sub.published(t, ctx); len(got) != 1 || got[0] != "0" {
+			t.Fatalf("the last release, with no local waiter, published %q; want [0]", got)
 		}
 		if exists(t, rdb, "relay") {
 			t.Fatal("lock alive after the last unlock")
@@ -144,9 +182,9 @@ func TestHandoffLeases(t *testing.T) {
 			t.Fatal(err)
 		}
 		keptDone := startLock(ctx, kept)
-		eventually(t, 5*time.Second, "kept waiting", func() bool { return parkedHeirs(c, "leases") == 1 })
+		settled(t, c, "leases", 1)
 		timedDone := startLock(ctx, timed, Lease(5*timeout))
-		eventually(t, 5*time.Second, "timed waiting", func() bool { return parkedHeirs(c, "leases") == 2 })
+		settled(t, c, "leases", 2)
 		if err := a.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +225,7 @@ func TestHandoffRunIsCapped(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 				ctx := testCtx(t, 30*time.Second)
 				c, rdb := newClient(t, b.Addr, WithLocalHandoff(max))
-				msgs := rawSubscribe(t, ctx, rdb, lockChannel("capped"))
+				sub := rawSubscribe(t, ctx, rdb, lockChannel("capped"))
 				holder := c.Lock("capped")
 				if err := holder.Lock(ctx); err != nil {
 					t.Fatal(err)
@@ -202,7 +240,7 @@ func TestHandoffRunIsCapped(t *testing.T) {
 						}
 						acquired <- mu
 					}()
-					eventually(t, 5*time.Second, "waiter queued", func() bool { return c.mux.Waiters(lockChannel("capped")) == i+1 })
+					settled(t, c, "capped", i+1)
 				}
 				// Each release of the relay: a hand-off publishes nothing, a free publishes 0.
 				var published []bool
@@ -215,13 +253,7 @@ func TestHandoffRunIsCapped(t *testing.T) {
 					case <-time.After(10 * time.Second):
 						t.Fatal("no waiter acquired after a release")
 					}
-					select {
-					case <-msgs:
-						published = append(published, true)
-					default:
-						noMessage(t, ctx, rdb, msgs, "")
-						published = append(published, false)
-					}
+					published = append(published, len(sub.published(t, ctx)) > 0)
 				}
 				if err := holder.Unlock(ctx); err != nil {
 					t.Fatal(err)
@@ -309,9 +341,8 @@ func TestHandoffReplyLost(t *testing.T) {
 		heirCtx, cancelHeir := context.WithCancel(ctx)
 		defer cancelHeir()
 		done := startLock(heirCtx, heirMu)
-		eventually(t, 5*time.Second, "heir waiting", func() bool { return parkedHeirs(c, "lossy-relay") == 1 })
-		// The heir's owner ID is in the release only when it hands over.
-		proxy.DropReplyAfter([]byte(heirMu.Owner()))
+		settled(t, c, "lossy-relay", 1)
+		proxy.DropReplyAfter(handoffMarker(heirMu))
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- a.Unlock(ctx) }()
 		eventually(t, 5*time.Second, "release reply dropped", func() bool { return proxy.Dropped() == 1 })
@@ -349,9 +380,9 @@ func TestHandoffSkipsWaitersThatLeft(t *testing.T) {
 		}
 		goneCtx, cancel := context.WithCancel(ctx)
 		goneDone := startLock(goneCtx, gone)
-		eventually(t, 5*time.Second, "first waiter queued", func() bool { return parkedHeirs(c, "left") == 1 })
+		settled(t, c, "left", 1)
 		staysDone := startLock(ctx, stays)
-		eventually(t, 5*time.Second, "second waiter queued", func() bool { return parkedHeirs(c, "left") == 2 })
+		settled(t, c, "left", 2)
 		cancel()
 		if err := <-goneDone; !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled waiter: %v, want context.Canceled", err)

@@ -207,7 +207,7 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	sent := time.Now()
 	keys := l.withLatch(l.name)
 	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, keys,
-		[]string{leaseMs, l.owner}).AsInt64()
+		[]string{leaseMs, l.owner, strconv.Itoa(l.holds)}).AsInt64()
 	if err == nil || rueidis.IsRedisNil(err) {
 		l.latchDeleted(keys, 1)
 	}
@@ -318,7 +318,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	// A final release may hand the lock to a local waiter instead of freeing it.
 	var h *heir
-	if final && l.run < l.c.maxHandoff {
+	if l.holds == 1 && l.run < l.c.maxHandoff && !l.c.isClosed() {
 		h = l.c.heirs.reserve(l.name)
 	}
 	sent := time.Now()
@@ -347,10 +347,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			lease.Stop() // Redis held fewer holds than the handle knew
 		}
 	default:
-		// Still held, and the script set the TTL again. If this handle thought the hold was its
-		// last, Redis knows better (a hold whose lost reply could not be undone): the stopped
-		// lease resumes.
-		l.holds = max(l.holds-1, 1)
+		// A partial release (the script frees the lock whenever the handle says this hold is
+		// its last, whatever Redis counted): still held, and the script set the TTL again.
+		l.holds--
 		if lease != nil {
 			lease.Reset(sent, l.leaseTTL(), l.leaseD == 0)
 		}
@@ -381,7 +380,7 @@ const (
 func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 	latch := unlockLatchKey(l.name, l.c.newRequestID())
 	keys := l.withLatch(l.name, l.channel, latch)
-	args := []string{"0", l.leaseMs, l.owner, l.c.publishCmd, unlockLatchMs, "0"}
+	args := []string{"0", l.leaseMs, l.owner, l.c.publishCmd, unlockLatchMs, strconv.Itoa(l.holds)}
 	if h != nil {
 		args = append(args, h.l.owner, h.leaseMs)
 	}
@@ -415,7 +414,6 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 		}
 		l.c.log.Debug("unlock reply lost; retrying with the same request ID",
 			zap.String("lock", l.name), zap.Int("attempt", attempt), zap.Error(err))
-		args[5] = "1" // the first run may have stored its outcome
 		time.Sleep(backoff)
 		backoff *= 2
 	}

@@ -34,7 +34,7 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 		w := newWatchdog(t, Options{Timeout: timeout, Renew: renew})
 		acquire := func(ms string) time.Time {
 			sent := time.Now()
-			if err := lua.LockAcquire.Exec(ctx, c, []string{key}, []string{ms, owner}).Error(); !rueidis.IsRedisNil(err) {
+			if err := lua.LockAcquire.Exec(ctx, c, []string{key}, []string{ms, owner, "0"}).Error(); !rueidis.IsRedisNil(err) {
 				t.Fatalf("acquire: %v", err)
 			}
 			return sent

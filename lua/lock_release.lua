@@ -23,17 +23,22 @@ local done = redis.call('get', KEYS[3])
 if done then
     return tonumber(done)
 end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
-    return nil
-end
 local holds = tonumber(ARGV[6])
 if holds > 1 then
+    if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+        return nil
+    end
     redis.call('hset', KEYS[1], ARGV[3], holds - 1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     redis.call('set', KEYS[3], 0, 'px', ARGV[5])
     return 0
 end
-redis.call('del', KEYS[1])
+-- The last hold. The owner's field is the hash's only one (an exclusive lock), so deleting
+-- it deletes the key, as Redisson's DEL does — and tells in the same call whether the owner
+-- held the lock at all.
+if redis.call('hdel', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
 if ARGV[7] then
     redis.call('hset', KEYS[1], ARGV[7], 1)
     redis.call('pexpire', KEYS[1], ARGV[8])

@@ -1,5 +1,5 @@
 -- Reentrant lock acquire (Redisson RLock, REDISSON-LAYOUT §2.2).
--- KEYS[1] lock hash; KEYS[2], optional: the owner's last unlock latch, done with, to delete.
+-- KEYS[1] lock hash.
 -- ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] the holds the owner knows it has.
 -- Reply: nil when acquired or re-entered (the TTL is reset to the lease),
 -- otherwise the holder's PTTL (-1 when the key has no expiry).
@@ -8,9 +8,6 @@
 -- HINCRBY, with the same result whenever the two agree): a hold whose outcome the owner
 -- never learned (a lost reply that could not be undone) is adopted by this acquisition
 -- instead of staying in Redis as a hold nobody will release.
-if KEYS[2] then
-    redis.call('del', KEYS[2])
-end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hset', KEYS[1], ARGV[2], tonumber(ARGV[3]) + 1)
     redis.call('pexpire', KEYS[1], ARGV[1])

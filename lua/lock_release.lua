@@ -1,27 +1,29 @@
 -- Reentrant lock release (Redisson RLock unlock with unlock latch, §2.4 and §1.6), with an
 -- optional local hand-off (a latchkey addition that writes only Redisson's layout).
--- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] this unlock's latch key;
--- KEYS[4], optional: the owner's previous unlock latch, done with, to delete.
+-- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch key;
 -- ARGV[1] unlock message (0), ARGV[2] lease ms kept after a partial release,
 -- ARGV[3] owner id, ARGV[4] publish command, ARGV[5] latch PX ms,
--- ARGV[6] the holds the owner knows it has (this release drops one);
--- ARGV[7], ARGV[8], optional: an owner to hand the lock to when this release frees it, and
+-- ARGV[6] the holds the owner knows it has (this release drops one),
+-- ARGV[7] this unlock's request id;
+-- ARGV[8], ARGV[9], optional: an owner to hand the lock to when this release frees it, and
 -- that owner's lease ms.
 -- Reply: the stored outcome when this request already ran; nil when the owner does not hold
 -- the lock; 0 when still held; 1 when freed (and the message published); 2 when handed to
--- ARGV[7], which then holds it once with its own lease (nothing is published: the lock was
+-- ARGV[8], which then holds it once with its own lease (nothing is published: the lock was
 -- never free).
+--
+-- The latch is one key per owner, overwritten by each of its unlocks with
+-- "<outcome>:<request id>": a retry finds its own request's outcome there, and no script has
+-- to delete the previous unlock's latch.
 --
 -- The count left is one below what the owner knows, whatever Redis counted: a hold whose
 -- outcome the owner never learned is not kept alive by a release the owner means as its last.
-if KEYS[4] then
-    redis.call('del', KEYS[4])
-end
+
 -- First, even on a first run: the first run of a request whose reply was lost may reach
 -- Redis after its retry, and must then change nothing.
 local done = redis.call('get', KEYS[3])
-if done then
-    return tonumber(done)
+if done and string.sub(done, 3) == ARGV[7] then
+    return tonumber(string.sub(done, 1, 1))
 end
 local holds = tonumber(ARGV[6])
 if holds > 1 then
@@ -30,7 +32,7 @@ if holds > 1 then
     end
     redis.call('hset', KEYS[1], ARGV[3], holds - 1)
     redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    redis.call('set', KEYS[3], '0:' .. ARGV[7], 'px', ARGV[5])
     return 0
 end
 -- The last hold. The owner's field is the hash's only one (an exclusive lock), so deleting
@@ -39,12 +41,12 @@ end
 if redis.call('hdel', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
-if ARGV[7] then
-    redis.call('hset', KEYS[1], ARGV[7], 1)
-    redis.call('pexpire', KEYS[1], ARGV[8])
-    redis.call('set', KEYS[3], 2, 'px', ARGV[5])
+if ARGV[8] then
+    redis.call('hset', KEYS[1], ARGV[8], 1)
+    redis.call('pexpire', KEYS[1], ARGV[9])
+    redis.call('set', KEYS[3], '2:' .. ARGV[7], 'px', ARGV[5])
     return 2
 end
 redis.call(ARGV[4], KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+redis.call('set', KEYS[3], '1:' .. ARGV[7], 'px', ARGV[5])
 return 1

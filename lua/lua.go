@@ -22,23 +22,23 @@ var (
 	lockRenew string
 	//go:embed lock_undo.lua
 	lockUndo string
+	//go:embed latch_delete.lua
+	latchDelete string
 )
 
 var (
-	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (old latch)], ARGV
-	// [leaseMs, owner, holdsKnown]; the count becomes holdsKnown+1. It replies nil when
-	// acquired, or the holder's PTTL. The optional key is
-	// the owner's last unlock latch, which it deletes: the owner's next script is the latch's
-	// cheapest way out.
+	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock], ARGV [leaseMs, owner,
+	// holdsKnown]; the count becomes holdsKnown+1. It replies nil when acquired, or the
+	// holder's PTTL.
 	LockAcquire = rueidis.NewLuaScript(lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
-	// lock is freed: KEYS [lock, channel, latch, (old latch)], ARGV [message, leaseMs, owner,
-	// publishCmd, latchMs, holdsKnown, (heir, heirLeaseMs)]; the count becomes holdsKnown-1,
-	// and the lock is freed at 0. It replies nil (not held), 0
-	// (still held), 1 (freed) or 2 (handed to the heir, who holds it once with its lease; no
-	// message); a retry with the same latch key replies what the first run did. The optional
-	// key is the owner's previous latch, which it deletes.
+	// lock is freed: KEYS [lock, channel, owner's latch], ARGV [message, leaseMs, owner,
+	// publishCmd, latchMs, holdsKnown, requestID, (heir, heirLeaseMs)]; the count becomes
+	// holdsKnown-1, and the lock is freed at 0. It replies nil (not held), 0 (still held), 1
+	// (freed) or 2 (handed to the heir, who holds it once with its lease; no message), and
+	// records the outcome in the latch with the request ID, so that a retry of the same
+	// request replies what the first run did.
 	LockRelease = rueidis.NewLuaScript(lockRelease)
 
 	// LockForceRelease deletes a lock whoever holds it and publishes the unlock message:
@@ -55,4 +55,9 @@ var (
 	// LockUndo takes back the hold added by an acquire whose reply was lost: KEYS [lock,
 	// channel], ARGV [owner, holdsBefore, leaseMs, publishCmd, message]. It replies 1 if it did.
 	LockUndo = rueidis.NewLuaScript(lockUndo)
+
+	// LatchDelete deletes an owner's unlock latch if it still records the given unlock:
+	// KEYS [latch], ARGV [requestID]. It replies 1 if it did. Sent as EVAL (it goes out in
+	// pipelined batches, like LockRenew).
+	LatchDelete = rueidis.NewLuaScriptNoSha(latchDelete)
 )

@@ -35,7 +35,7 @@ func TestLateFirstRunOfUnlockChangesNothing(t *testing.T) {
 		}
 		latch := unlockLatchKey(mu.name, c.newRequestID())
 		keys := []string{mu.name, mu.channel, latch}
-		args := []string{"0", "30000", owner, c.publishCmd, unlockLatchMs, "2"}
+		args := []string{"0", "30000", owner, c.publishCmd, unlockLatchMs, "2", "7"}
 		// The retry of the partial unlock runs first: 2 → 1, and Unlock returns.
 		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 0 {
 			t.Fatalf("retry run: %v, %v; want 0", v, err)

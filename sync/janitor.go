@@ -5,27 +5,29 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
 )
 
-// janitor deletes the unlock latches that their handles' next scripts do not.
+// janitor deletes the unlock latches of idle handles.
 //
-// A latch is done with once its unlock has completed. The handle's next acquire or release
-// script deletes it (it is in the lock's slot, so the script can declare it), which costs no
-// command of its own. Only a handle that stays idle leaves its latch to the janitor, which
-// deletes such latches in one pipelined batch after janitorDelay. Sending those DELs as the
-// latches appear would put a command of ours beside every caller's, and any concurrent
-// command switches a rueidis connection from direct writes to background pipelining for
-// good, which costs a sequential caller two goroutine hand-offs per command. A latch the
-// janitor does not get to (client closed in a hurry) still expires by its PX.
+// Each handle has one latch key, which each of its unlocks overwrites with its outcome and
+// request ID, so an active handle has one latch and no script spends a call deleting the
+// last one. A handle that stays idle for janitorDelay has its latch deleted by the janitor, in
+// one pipelined batch with the others, and only if the latch still records the unlock the
+// janitor knows of: an unlock that overwrote it meanwhile (whose retry may still need it) is
+// never cut short. Sending those deletions as the latches appear would put a command of ours
+// beside every caller's, and any concurrent command switches a rueidis connection from
+// direct writes to background pipelining for good, which costs a sequential caller two
+// goroutine hand-offs per command. A latch the janitor does not get to (client closed in a
+// hurry) still expires by its PX.
 type janitor struct {
 	rdb rueidis.Client
 	log *zap.Logger
 
 	mu      gosync.Mutex
-	idle    map[*Lock]leftLatch // the latest latch of each handle, until its next script
-	stray   []string            // latches of failed unlocks: deleted at the next flush
+	idle    map[*Lock]leftLatch // each handle's latch and the unlock it last recorded
 	armed   bool                // a flush is scheduled
 	timer   *time.Timer         // the scheduled flush
 	closed  bool
@@ -34,12 +36,12 @@ type janitor struct {
 
 type leftLatch struct {
 	key string
+	req string // the request ID of the unlock that wrote it
 	at  time.Time
 }
 
 const (
 	janitorDelay   = time.Second
-	janitorMaxKeys = 8192
 	janitorTimeout = 2 * time.Second
 )
 
@@ -47,35 +49,14 @@ func newJanitor(rdb rueidis.Client, log *zap.Logger) *janitor {
 	return &janitor{rdb: rdb, log: log, idle: make(map[*Lock]leftLatch)}
 }
 
-// leave records latch as l's latest; l's next script is expected to delete it.
-func (j *janitor) leave(l *Lock, latch string) {
+// leave records that l's unlock req (may have) written l's latch key.
+func (j *janitor) leave(l *Lock, key, req string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
 		return
 	}
-	if old, ok := j.idle[l]; ok {
-		j.stray = append(j.stray, old.key) // its script failed to carry it: delete it here
-	}
-	j.idle[l] = leftLatch{key: latch, at: time.Now()}
-	j.armLocked()
-}
-
-// taken records that l's script deleted l's latch.
-func (j *janitor) taken(l *Lock) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	delete(j.idle, l)
-}
-
-// del queues a latch for the next flush.
-func (j *janitor) del(latch string) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.closed || len(j.stray) >= janitorMaxKeys {
-		return
-	}
-	j.stray = append(j.stray, latch)
+	j.idle[l] = leftLatch{key: key, req: req, at: time.Now()}
 	j.armLocked()
 }
 
@@ -87,17 +68,16 @@ func (j *janitor) armLocked() {
 	}
 }
 
-// flush deletes the stray latches and those of handles idle for janitorDelay; it runs on the
-// timer's goroutine and re-arms while latches remain.
+// flush deletes the latches of handles idle for janitorDelay; it runs on the timer's
+// goroutine and re-arms while latches remain.
 func (j *janitor) flush() {
 	defer j.flushes.Done()
 	j.mu.Lock()
-	keys := j.stray
-	j.stray = nil
+	var gone []leftLatch
 	cutoff := time.Now().Add(-janitorDelay)
 	for l, left := range j.idle {
 		if !left.at.After(cutoff) {
-			keys = append(keys, left.key)
+			gone = append(gone, left)
 			delete(j.idle, l)
 		}
 	}
@@ -106,7 +86,7 @@ func (j *janitor) flush() {
 		j.armLocked()
 	}
 	j.mu.Unlock()
-	j.delete(keys)
+	j.delete(gone)
 }
 
 // close deletes every latch still known, waits for a scheduled flush, and stops.
@@ -117,28 +97,27 @@ func (j *janitor) close() {
 		j.armed = false
 		j.flushes.Done() // the flush will not run: this is it
 	}
-	keys := j.stray
-	j.stray = nil
+	var gone []leftLatch
 	for l, left := range j.idle {
-		keys = append(keys, left.key)
+		gone = append(gone, left)
 		delete(j.idle, l)
 	}
 	j.mu.Unlock()
-	j.delete(keys)
+	j.delete(gone)
 	j.flushes.Wait()
 }
 
-func (j *janitor) delete(keys []string) {
-	if len(keys) == 0 {
+func (j *janitor) delete(latches []leftLatch) {
+	if len(latches) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), janitorTimeout)
 	defer cancel()
-	cmds := make(rueidis.Commands, len(keys))
-	for i, k := range keys {
-		cmds[i] = j.rdb.B().Del().Key(k).Build()
+	execs := make([]rueidis.LuaExec, len(latches))
+	for i, left := range latches {
+		execs[i] = rueidis.LuaExec{Keys: []string{left.key}, Args: []string{left.req}}
 	}
-	for _, r := range j.rdb.DoMulti(ctx, cmds...) {
+	for _, r := range lua.LatchDelete.ExecMulti(ctx, j.rdb, execs...) {
 		if err := r.Error(); err != nil {
 			j.log.Debug("unlock latch not deleted; it expires by itself", zap.Error(err))
 			return

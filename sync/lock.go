@@ -45,7 +45,8 @@ type Lock struct {
 	lease   *watchdog.Lease // the current (or last) hold's lease
 	leaseMs string          // TTL a partial release sets (Redisson's internalLockLeaseTime)
 	leaseD  time.Duration   // the same as a duration; 0 while the watchdog keeps the lock
-	latch   string          // the last unlock's latch, for the next script to delete
+	latch   string          // the handle's unlock latch key, made at its first unlock
+	unlocks uint64          // unlock requests made, which number them in the latch
 	run     int             // consecutive local hand-offs that led to the current hold
 
 	mu   gosync.Mutex    // guards lost, which Lost reads without waiting for an op
@@ -205,12 +206,8 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	l.op.Lock()
 	defer l.op.Unlock()
 	sent := time.Now()
-	keys := l.withLatch(l.name)
-	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, keys,
+	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, []string{l.name},
 		[]string{leaseMs, l.owner, strconv.Itoa(l.holds)}).AsInt64()
-	if err == nil || rueidis.IsRedisNil(err) {
-		l.latchDeleted(keys, 1)
-	}
 	switch {
 	case err == nil:
 		return ttl, false, nil
@@ -244,24 +241,6 @@ func (l *Lock) acquired(sent time.Time, lease time.Duration, leaseMs string) {
 		l.mu.Lock()
 		l.lost = l.lease.Lost()
 		l.mu.Unlock()
-	}
-}
-
-// withLatch returns keys with the handle's last unlock latch appended, if it has one left to
-// delete: scripts take it as an optional last key. Caller holds l.op.
-func (l *Lock) withLatch(keys ...string) []string {
-	if l.latch != "" {
-		keys = append(keys, l.latch)
-	}
-	return keys
-}
-
-// latchDeleted notes that a script that ran with keys deleted the handle's last latch, if
-// keys (of which base are the script's own) carried it. Caller holds l.op.
-func (l *Lock) latchDeleted(keys []string, base int) {
-	if len(keys) > base {
-		l.latch = ""
-		l.c.janitor.taken(l)
 	}
 }
 
@@ -378,9 +357,13 @@ const (
 // instead of freeing it. When the script's outcome stays unknown, a hand-off it may have made
 // is taken back from the heir. Caller holds l.op.
 func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
-	latch := unlockLatchKey(l.name, l.c.newRequestID())
-	keys := l.withLatch(l.name, l.channel, latch)
-	args := []string{"0", l.leaseMs, l.owner, l.c.publishCmd, unlockLatchMs, strconv.Itoa(l.holds)}
+	if l.latch == "" {
+		l.latch = unlockLatchKey(l.name, l.c.newRequestID())
+	}
+	l.unlocks++
+	req := strconv.FormatUint(l.unlocks, 10)
+	keys := []string{l.name, l.channel, l.latch}
+	args := []string{"0", l.leaseMs, l.owner, l.c.publishCmd, unlockLatchMs, strconv.Itoa(l.holds), req}
 	if h != nil {
 		args = append(args, h.l.owner, h.leaseMs)
 	}
@@ -388,24 +371,17 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 	backoff := unlockBackoff
 	for attempt := 1; ; attempt++ {
 		v, err := lua.LockRelease.Exec(ctx, l.c.rdb, keys, args).AsInt64()
-		if err == nil || rueidis.IsRedisNil(err) {
-			l.latchDeleted(keys, 3)
-		}
 		switch {
 		case err == nil:
-			l.latch = latch
-			l.c.janitor.leave(l, latch)
+			l.c.janitor.leave(l, l.latch, req)
 			return v, nil
 		case rueidis.IsRedisNil(err):
-			if attempt > 1 {
-				l.c.janitor.del(latch)
-			}
 			return 0, fmt.Errorf("%w: lock %q, owner %s", ErrNotHeld, l.name, l.owner)
 		}
 		if isRedisErr(err) || attempt == unlockAttempts || time.Since(start)+backoff > unlockBudget ||
 			errors.Is(err, rueidis.ErrClosing) {
 			if attempt > 1 || !isRedisErr(err) { // a run whose reply was lost may have written it
-				l.c.janitor.del(latch)
+				l.c.janitor.leave(l, l.latch, req)
 				if h != nil {
 					h.l.undo(ctx)
 				}

@@ -198,9 +198,8 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 	})
 }
 
-// Unlock latches do not pile up: a handle's next script deletes its last one, so an active
-// handle leaves at most one behind, and the janitor deletes that once the handle is idle —
-// no Close needed.
+// Unlock latches do not pile up: a handle has one latch key, which each of its unlocks
+// overwrites, and the janitor deletes it once the handle is idle — no Close needed.
 func TestLatchesDoNotLinger(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
@@ -230,5 +229,31 @@ func TestLatchesDoNotLinger(t *testing.T) {
 			}
 		}
 		eventually(t, 3*janitorDelay, "the idle handle's last latch deleted", func() bool { return latches() == 0 })
+	})
+}
+
+// The janitor deletes a latch only while it records the unlock the janitor was told of: an
+// unlock that overwrote it since may still need it for its retry.
+func TestJanitorSparesOverwrittenLatch(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		mu := c.Lock("overwritten")
+		for range 2 { // unlock requests 1 and 2
+			if err := mu.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := mu.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.janitor.delete([]leftLatch{{key: mu.latch, req: "1"}})
+		if !exists(t, rdb, mu.latch) {
+			t.Fatal("the janitor deleted a latch a later unlock had overwritten")
+		}
+		c.janitor.delete([]leftLatch{{key: mu.latch, req: "2"}})
+		if exists(t, rdb, mu.latch) {
+			t.Fatal("the janitor left the latch of the unlock it was told of")
+		}
 	})
 }

@@ -5,6 +5,8 @@ import (
 	gosync "sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/latchkey/latchkey/pubsub"
 )
 
 // Local hand-off (lock cohorting).
@@ -119,10 +121,14 @@ func (h *heir) leave() bool {
 	return false
 }
 
-// leaseTTL is the lease, in ms, the heir's acquisition takes.
-func (h *heir) leaseTTL() int64 {
-	if h.lease == 0 {
-		return h.l.c.wdTimeout.Milliseconds()
+// took ends the wait of an heir that a release handed the lock to: acquire succeeds, and the
+// heir's lease is the hint for waiters that join later.
+func (h *heir) took(w *pubsub.Waiter) (bool, error) {
+	h.state.Store(heirGone)
+	ttl := h.lease
+	if ttl == 0 {
+		ttl = h.l.c.wdTimeout
 	}
-	return h.lease.Milliseconds()
+	hint(w, ttl.Milliseconds())
+	return true, nil
 }

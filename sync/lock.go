@@ -189,11 +189,11 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 	join := l.holds == 0
 	l.op.Unlock()
 	h := &heir{l: l, lease: lease, leaseMs: leaseMs}
-	var heir *heir
+	var queued *heir // nil: not to be handed the lock
 	if join && l.c.maxHandoff > 0 {
-		heir = h
+		queued = h
 	}
-	return l.c.acquire(ctx, l.channel, pubsub.LockPolicy, wait, join, h, heir)
+	return l.c.acquire(ctx, l.channel, pubsub.LockPolicy, wait, join, h, queued)
 }
 
 // attempt runs the acquire script once. When its reply is lost (the connection broke) the
@@ -320,11 +320,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			lease.Lapse()
 		}
 		return err
-	case outcome != releasedKept:
+	case outcome != releasedKept: // the handle's last hold, freed or handed on; its lease is stopped
 		l.holds = 0
-		if lease != nil {
-			lease.Stop() // Redis held fewer holds than the handle knew
-		}
 	default:
 		// A partial release (the script frees the lock whenever the handle says this hold is
 		// its last, whatever Redis counted): still held, and the script set the TTL again.
@@ -352,8 +349,8 @@ const (
 	releasedHanded int64 = 2 // the lock went to the heir
 )
 
-// release runs the release script, retrying lost replies with the same latch key, and
-// reports what it did. With an heir (reserved by the caller) the script hands the lock over
+// release runs the release script, retrying lost replies as the same request, and reports
+// what it did. With an heir (reserved by the caller) the script hands the lock over
 // instead of freeing it. When the script's outcome stays unknown, a hand-off it may have made
 // is taken back from the heir. Caller holds l.op.
 func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {

@@ -88,8 +88,7 @@ func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time
 	// quit ends the wait with err unless a reservation under way hands the lock over.
 	quit := func(err error) (bool, error) {
 		if h != nil && h.leave() {
-			hint(w, h.leaseTTL())
-			return true, nil
+			return h.took(w)
 		}
 		return false, err
 	}
@@ -105,33 +104,29 @@ func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time
 			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
-		woken, reserved := false, false
+		woken, refused := false, false
 		select {
 		case <-w.C():
 			woken = true
 		case <-timer.C:
 		case ok := <-handed:
 			if ok {
-				h.state.Store(heirGone)
-				hint(w, h.leaseTTL())
-				return true, nil
+				return h.took(w)
 			}
-			reserved = true // not handed over: the lock may be free, so attempt now
+			refused = true // a reservation ended without a hand-over: the lock may be free
 		case <-ctx.Done():
 			return quit(ctx.Err())
 		case <-c.closed:
 			return quit(ErrClosed)
 		}
 		if h != nil {
-			if !reserved && !h.state.CompareAndSwap(heirParked, heirBusy) {
+			if !refused && !h.state.CompareAndSwap(heirParked, heirBusy) {
 				// Reserved since the select: the release's outcome decides.
 				if <-h.handed {
-					h.state.Store(heirGone)
 					if woken {
 						w.Requeue() // the wake-up was for someone else
 					}
-					hint(w, h.leaseTTL())
-					return true, nil
+					return h.took(w)
 				}
 			}
 			h.state.Store(heirBusy)

@@ -7,46 +7,49 @@
 -- ARGV[7] this unlock's request id;
 -- ARGV[8], ARGV[9], optional: an owner to hand the lock to when this release frees it, and
 -- that owner's lease ms.
--- Reply: the stored outcome when this request already ran; nil when the owner does not hold
--- the lock; 0 when still held; 1 when freed (and the message published); 2 when handed to
--- ARGV[8], which then holds it once with its own lease (nothing is published: the lock was
--- never free).
+-- Reply: nil when the owner does not hold the lock; 0 when still held; 1 when freed (and the
+-- message published); 2 when handed to ARGV[8], which then holds it once with its own lease
+-- (nothing is published: the lock was never free). A request that already ran replies what
+-- it did, and changes nothing.
 --
--- The latch is one key per owner, overwritten by each of its unlocks with
--- "<outcome>:<request id>": a retry finds its own request's outcome there, and no script has
--- to delete the previous unlock's latch.
+-- The latch is one key per owner, holding the id of the owner's latest unlock that did
+-- something, written and read in one SET ... GET (Redis 6.2+). A run that finds its own id
+-- there is a repeat — a retry, or a first run reaching Redis after its retry — and what
+-- the first run did follows from what the request asks: a partial release kept the lock;
+-- a final one freed it, or handed it on when it names an heir. (The run that found the lock
+-- not held takes its id back out, so that its repeats find that too.)
 --
 -- The count left is one below what the owner knows, whatever Redis counted: a hold whose
 -- outcome the owner never learned is not kept alive by a release the owner means as its last.
-
--- First, even on a first run: the first run of a request whose reply was lost may reach
--- Redis after its retry, and must then change nothing.
-local done = redis.call('get', KEYS[3])
-if done and string.sub(done, 3) == ARGV[7] then
-    return tonumber(string.sub(done, 1, 1))
-end
 local holds = tonumber(ARGV[6])
+if redis.call('set', KEYS[3], ARGV[7], 'px', ARGV[5], 'get') == ARGV[7] then
+    if holds > 1 then
+        return 0
+    elseif ARGV[8] then
+        return 2
+    end
+    return 1
+end
 if holds > 1 then
     if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+        redis.call('del', KEYS[3])
         return nil
     end
     redis.call('hset', KEYS[1], ARGV[3], holds - 1)
     redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[3], '0:' .. ARGV[7], 'px', ARGV[5])
     return 0
 end
 -- The last hold. The owner's field is the hash's only one (an exclusive lock), so deleting
 -- it deletes the key, as Redisson's DEL does — and tells in the same call whether the owner
 -- held the lock at all.
 if redis.call('hdel', KEYS[1], ARGV[3]) == 0 then
+    redis.call('del', KEYS[3])
     return nil
 end
 if ARGV[8] then
     redis.call('hset', KEYS[1], ARGV[8], 1)
     redis.call('pexpire', KEYS[1], ARGV[9])
-    redis.call('set', KEYS[3], '2:' .. ARGV[7], 'px', ARGV[5])
     return 2
 end
 redis.call(ARGV[4], KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], '1:' .. ARGV[7], 'px', ARGV[5])
 return 1

@@ -37,8 +37,8 @@ var (
 	// publishCmd, latchMs, holdsKnown, requestID, (heir, heirLeaseMs)]; the count becomes
 	// holdsKnown-1, and the lock is freed at 0. It replies nil (not held), 0 (still held), 1
 	// (freed) or 2 (handed to the heir, who holds it once with its lease; no message), and
-	// records the outcome in the latch with the request ID, so that a retry of the same
-	// request replies what the first run did.
+	// records the request ID in the latch, so that a repeat of the same request changes
+	// nothing and replies what the first run did.
 	LockRelease = rueidis.NewLuaScript(lockRelease)
 
 	// LockForceRelease deletes a lock whoever holds it and publishes the unlock message:

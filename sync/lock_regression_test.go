@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
+	"github.com/redis/rueidis"
 )
 
 // A waiter that takes the only wake-up of a release and then cannot use it (its attempt
@@ -254,6 +256,29 @@ func TestJanitorSparesOverwrittenLatch(t *testing.T) {
 		c.janitor.delete([]leftLatch{{key: mu.latch, req: "2"}})
 		if exists(t, rdb, mu.latch) {
 			t.Fatal("the janitor left the latch of the unlock it was told of")
+		}
+	})
+}
+
+// A release that finds the lock not held leaves no trace of its request in the latch, so
+// that its repeat finds the lock not held too instead of taking the first run for a success.
+func TestNotHeldReleaseRepeatsAsNotHeld(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		mu := c.Lock("not-held")
+		latch := unlockLatchKey(mu.name, c.newRequestID())
+		for _, holds := range []string{"1", "2"} {
+			args := []string{"0", "30000", mu.Owner(), c.publishCmd, unlockLatchMs, holds, "9"}
+			for run := range 2 {
+				err := lua.LockRelease.Exec(ctx, rdb, []string{mu.name, mu.channel, latch}, args).Error()
+				if !rueidis.IsRedisNil(err) {
+					t.Fatalf("holds %s, run %d: %v, want nil (not held)", holds, run, err)
+				}
+			}
+			if exists(t, rdb, latch) {
+				t.Fatalf("holds %s: latch left by a release that found the lock not held", holds)
+			}
 		}
 	})
 }

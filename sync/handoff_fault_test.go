@@ -61,18 +61,9 @@ func TestLateFirstRunOfUnlockChangesNothing(t *testing.T) {
 func TestUnknownHandoffLeavesNoOrphanHold(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
-		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr())
-		admin := b.Client(t)
-		warmScripts(t, ctx, c)
+		r := startLossyRelay(t, ctx, ctx, b, "orphan-relay")
+		proxy, admin, a, heirMu, done := r.proxy, r.admin, r.holder, r.heir, r.heirDone
 		other, _ := newClient(t, b.Addr)
-		a, heirMu := c.Lock("orphan-relay"), c.Lock("orphan-relay")
-		if err := a.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		done := startLock(ctx, heirMu)
-		settled(t, c, "orphan-relay", 1)
-		proxy.DropReplyAfter(handoffMarker(heirMu))
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- a.Unlock(ctx) }()
 		// The hand-off ran (its reply is being dropped); now Redis becomes unreachable for the

@@ -96,6 +96,32 @@ func handoffMarker(heir *Lock) []byte {
 	return []byte(heir.Owner() + "\r\n$" + strconv.Itoa(len(heir.c.wdMs)) + "\r\n" + heir.c.wdMs)
 }
 
+// lossyRelay is a hand-off about to lose its reply: a Client reaching Redis through a TCP
+// proxy, its lock held by holder, heir parked waiting for it (its Lock's result on
+// heirDone), and the proxy set to drop the reply of the release that hands the lock over.
+type lossyRelay struct {
+	proxy        *redistest.Proxy
+	c            *Client
+	admin        rueidis.Client
+	holder, heir *Lock
+	heirDone     <-chan error
+}
+
+func startLossyRelay(t *testing.T, ctx, heirCtx context.Context, b *redistest.Backend, name string) lossyRelay {
+	t.Helper()
+	r := lossyRelay{proxy: redistest.NewProxy(t, b.Addr), admin: b.Client(t)}
+	r.c, _ = newClient(t, r.proxy.Addr())
+	warmScripts(t, ctx, r.c)
+	r.holder, r.heir = r.c.Lock(name), r.c.Lock(name)
+	if err := r.holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.heirDone = startLock(heirCtx, r.heir)
+	settled(t, r.c, name, 1)
+	r.proxy.DropReplyAfter(handoffMarker(r.heir))
+	return r
+}
+
 // startLock runs mu.Lock in a goroutine and returns its result.
 func startLock(ctx context.Context, mu *Lock, opts ...LockOption) <-chan error {
 	done := make(chan error, 1)
@@ -330,19 +356,10 @@ func TestHandoffDoesNotStarveOtherClients(t *testing.T) {
 func TestHandoffReplyLost(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
-		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr())
-		admin := b.Client(t)
-		warmScripts(t, ctx, c)
-		a, heirMu := c.Lock("lossy-relay"), c.Lock("lossy-relay")
-		if err := a.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
 		heirCtx, cancelHeir := context.WithCancel(ctx)
 		defer cancelHeir()
-		done := startLock(heirCtx, heirMu)
-		settled(t, c, "lossy-relay", 1)
-		proxy.DropReplyAfter(handoffMarker(heirMu))
+		r := startLossyRelay(t, ctx, heirCtx, b, "lossy-relay")
+		proxy, admin, a, heirMu, done := r.proxy, r.admin, r.holder, r.heir, r.heirDone
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- a.Unlock(ctx) }()
 		eventually(t, 5*time.Second, "release reply dropped", func() bool { return proxy.Dropped() == 1 })

@@ -1,6 +1,8 @@
 -- Reentrant lock acquire (Redisson RLock, REDISSON-LAYOUT §2.2).
--- KEYS[1] lock hash.
--- ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] the holds the owner knows it has.
+-- KEYS[1] lock hash; KEYS[2], optional: the owner's unlock latch.
+-- ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] the holds the owner knows it has;
+-- with KEYS[2]: ARGV[4] the number of the owner's last unlock request, whose outcome the
+-- owner never learned, and ARGV[5] the latch PX ms.
 -- Reply: nil when acquired or re-entered (the TTL is reset to the lease),
 -- otherwise the holder's PTTL (-1 when the key has no expiry).
 --
@@ -8,6 +10,16 @@
 -- HINCRBY, with the same result whenever the two agree): a hold whose outcome the owner
 -- never learned (a lost reply that could not be undone) is adopted by this acquisition
 -- instead of staying in Redis as a hold nobody will release.
+--
+-- An unlock whose outcome the owner never learned may still reach Redis late and release
+-- what this acquisition takes. Raising the latch's mark to its number first makes such a run
+-- a stale duplicate, which changes nothing (see lock_release.lua).
+if KEYS[2] then
+    local last = tonumber(redis.call('get', KEYS[2]))
+    if not last or math.abs(last) < tonumber(ARGV[4]) then
+        redis.call('set', KEYS[2], ARGV[4], 'px', ARGV[5])
+    end
+end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hset', KEYS[1], ARGV[2], tonumber(ARGV[3]) + 1)
     redis.call('pexpire', KEYS[1], ARGV[1])

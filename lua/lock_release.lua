@@ -4,7 +4,7 @@
 -- ARGV[1] unlock message (0), ARGV[2] lease ms kept after a partial release,
 -- ARGV[3] owner id, ARGV[4] publish command, ARGV[5] latch PX ms,
 -- ARGV[6] the holds the owner knows it has (this release drops one),
--- ARGV[7] this unlock's request id;
+-- ARGV[7] this unlock's request number (rising per owner);
 -- ARGV[8], ARGV[9], optional: an owner to hand the lock to when this release frees it, and
 -- that owner's lease ms.
 -- Reply: nil when the owner does not hold the lock; 0 when still held; 1 when freed (and the
@@ -12,17 +12,25 @@
 -- (nothing is published: the lock was never free). A request that already ran replies what
 -- it did, and changes nothing.
 --
--- The latch is one key per owner, holding the id of the owner's latest unlock that did
--- something, written and read in one SET ... GET (Redis 6.2+). A run that finds its own id
--- there is a repeat — a retry, or a first run reaching Redis after its retry — and what
--- the first run did follows from what the request asks: a partial release kept the lock;
--- a final one freed it, or handed it on when it names an heir. (The run that found the lock
--- not held takes its id back out, so that its repeats find that too.)
+-- The latch is one key per owner: a high-water mark of its unlock requests, whose numbers
+-- rise, written and read in one SET ... GET (Redis 6.2+). It holds n when request n did
+-- something and -n when it found the lock not held. A run that finds its own number (or a
+-- higher one) there is a repeat of a request that already ran, or a stale duplicate — a
+-- retry, or a first run reaching Redis late — and changes nothing (a higher mark is put
+-- back). A repeat replies what the first run did, which follows from the request itself (a
+-- partial release kept the lock; a final one freed it, or handed it on when it names an
+-- heir).
 --
 -- The count left is one below what the owner knows, whatever Redis counted: a hold whose
 -- outcome the owner never learned is not kept alive by a release the owner means as its last.
 local holds = tonumber(ARGV[6])
-if redis.call('set', KEYS[3], ARGV[7], 'px', ARGV[5], 'get') == ARGV[7] then
+local req = tonumber(ARGV[7])
+local last = tonumber(redis.call('set', KEYS[3], ARGV[7], 'px', ARGV[5], 'get'))
+if last and math.abs(last) >= req then
+    if last ~= req then
+        redis.call('set', KEYS[3], last, 'px', ARGV[5])
+        return nil
+    end
     if holds > 1 then
         return 0
     elseif ARGV[8] then
@@ -32,7 +40,7 @@ if redis.call('set', KEYS[3], ARGV[7], 'px', ARGV[5], 'get') == ARGV[7] then
 end
 if holds > 1 then
     if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
-        redis.call('del', KEYS[3])
+        redis.call('set', KEYS[3], -req, 'px', ARGV[5])
         return nil
     end
     redis.call('hset', KEYS[1], ARGV[3], holds - 1)
@@ -43,7 +51,7 @@ end
 -- it deletes the key, as Redisson's DEL does — and tells in the same call whether the owner
 -- held the lock at all.
 if redis.call('hdel', KEYS[1], ARGV[3]) == 0 then
-    redis.call('del', KEYS[3])
+    redis.call('set', KEYS[3], -req, 'px', ARGV[5])
     return nil
 end
 if ARGV[8] then

@@ -22,23 +22,23 @@ var (
 	lockRenew string
 	//go:embed lock_undo.lua
 	lockUndo string
-	//go:embed latch_delete.lua
-	latchDelete string
 )
 
 var (
-	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock], ARGV [leaseMs, owner,
-	// holdsKnown]; the count becomes holdsKnown+1. It replies nil when acquired, or the
-	// holder's PTTL.
+	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (owner's latch)], ARGV
+	// [leaseMs, owner, holdsKnown, (lastUnlockRequest, latchMs)]; the count becomes
+	// holdsKnown+1. It replies nil when acquired, or the holder's PTTL. With the latch, it
+	// first raises the latch's mark to an unlock request whose outcome the owner never
+	// learned, so that a late run of it changes nothing.
 	LockAcquire = rueidis.NewLuaScript(lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
 	// lock is freed: KEYS [lock, channel, owner's latch], ARGV [message, leaseMs, owner,
-	// publishCmd, latchMs, holdsKnown, requestID, (heir, heirLeaseMs)]; the count becomes
+	// publishCmd, latchMs, holdsKnown, requestNumber, (heir, heirLeaseMs)]; the count becomes
 	// holdsKnown-1, and the lock is freed at 0. It replies nil (not held), 0 (still held), 1
-	// (freed) or 2 (handed to the heir, who holds it once with its lease; no message), and
-	// records the request ID in the latch, so that a repeat of the same request changes
-	// nothing and replies what the first run did.
+	// (freed) or 2 (handed to the heir, who holds it once with its lease; no message). The
+	// latch keeps the owner's highest request number: a repeat of a request, or an older one
+	// arriving late, changes nothing (a repeat replies what the first run did).
 	LockRelease = rueidis.NewLuaScript(lockRelease)
 
 	// LockForceRelease deletes a lock whoever holds it and publishes the unlock message:
@@ -55,9 +55,4 @@ var (
 	// LockUndo takes back the hold added by an acquire whose reply was lost: KEYS [lock,
 	// channel], ARGV [owner, holdsBefore, leaseMs, publishCmd, message]. It replies 1 if it did.
 	LockUndo = rueidis.NewLuaScript(lockUndo)
-
-	// LatchDelete deletes an owner's unlock latch if it still records the given unlock:
-	// KEYS [latch], ARGV [requestID]. It replies 1 if it did. Sent as EVAL (it goes out in
-	// pipelined batches, like LockRenew).
-	LatchDelete = rueidis.NewLuaScriptNoSha(latchDelete)
 )

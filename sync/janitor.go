@@ -2,42 +2,36 @@ package sync
 
 import (
 	"context"
+	"runtime"
 	gosync "sync"
 	"time"
 
-	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
 )
 
-// janitor deletes the unlock latches of idle handles.
+// janitor deletes the unlock latches of handles that are gone.
 //
-// Each handle has one latch key, which each of its unlocks overwrites with its outcome and
-// request ID, so an active handle has one latch and no script spends a call deleting the
-// last one. A handle that stays idle for janitorDelay has its latch deleted by the janitor, in
-// one pipelined batch with the others, and only if the latch still records the unlock the
-// janitor knows of: an unlock that overwrote it meanwhile (whose retry may still need it) is
-// never cut short. Sending those deletions as the latches appear would put a command of ours
-// beside every caller's, and any concurrent command switches a rueidis connection from
-// direct writes to background pipelining for good, which costs a sequential caller two
-// goroutine hand-offs per command. A latch the janitor does not get to (client closed in a
-// hurry) still expires by its PX.
+// Each handle has one latch key, the high-water mark of its unlock requests, which each of
+// its unlocks overwrites. The mark is what makes a late duplicate of an earlier unlock
+// change nothing, so it must outlive every hold the handle may still take: it is deleted
+// only when the handle has been garbage-collected (nothing can acquire as its owner any
+// more) or its Client is closed, and otherwise expires by its PX. Deletions go out in one
+// pipelined batch after janitorDelay. Sending them one by one as handles go would put a
+// command of ours beside every caller's, and any concurrent command switches a rueidis
+// connection from direct writes to background pipelining for good, which costs a
+// sequential caller two goroutine hand-offs per command.
 type janitor struct {
 	rdb rueidis.Client
 	log *zap.Logger
 
 	mu      gosync.Mutex
-	idle    map[*Lock]leftLatch // each handle's latch and the unlock it last recorded
+	live    map[string]struct{} // latch keys of handles not yet collected
+	gone    []string            // latch keys of collected handles, deleted at the next flush
 	armed   bool                // a flush is scheduled
 	timer   *time.Timer         // the scheduled flush
 	closed  bool
 	flushes gosync.WaitGroup
-}
-
-type leftLatch struct {
-	key string
-	req string // the request ID of the unlock that wrote it
-	at  time.Time
 }
 
 const (
@@ -46,21 +40,30 @@ const (
 )
 
 func newJanitor(rdb rueidis.Client, log *zap.Logger) *janitor {
-	return &janitor{rdb: rdb, log: log, idle: make(map[*Lock]leftLatch)}
+	return &janitor{rdb: rdb, log: log, live: make(map[string]struct{})}
 }
 
-// leave records that l's unlock req (may have) written l's latch key.
-func (j *janitor) leave(l *Lock, key, req string) {
+// track takes charge of l's latch key, made at its first unlock: it is deleted once l has
+// been garbage-collected, or at close.
+func (j *janitor) track(l *Lock, key string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
 		return
 	}
-	j.idle[l] = leftLatch{key: key, req: req, at: time.Now()}
-	j.armLocked()
+	j.live[key] = struct{}{}
+	runtime.AddCleanup(l, j.collected, key)
 }
 
-func (j *janitor) armLocked() {
+// collected runs when a handle with a latch has been garbage-collected.
+func (j *janitor) collected(key string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.live, key)
+	if j.closed {
+		return
+	}
+	j.gone = append(j.gone, key)
 	if !j.armed {
 		j.armed = true
 		j.flushes.Add(1)
@@ -68,28 +71,19 @@ func (j *janitor) armLocked() {
 	}
 }
 
-// flush deletes the latches of handles idle for janitorDelay; it runs on the timer's
-// goroutine and re-arms while latches remain.
+// flush deletes the latches of collected handles; it runs on the timer's goroutine.
 func (j *janitor) flush() {
 	defer j.flushes.Done()
 	j.mu.Lock()
-	var gone []leftLatch
-	cutoff := time.Now().Add(-janitorDelay)
-	for l, left := range j.idle {
-		if !left.at.After(cutoff) {
-			gone = append(gone, left)
-			delete(j.idle, l)
-		}
-	}
+	keys := j.gone
+	j.gone = nil
 	j.armed = false
-	if len(j.idle) > 0 && !j.closed {
-		j.armLocked()
-	}
 	j.mu.Unlock()
-	j.delete(gone)
+	j.delete(keys)
 }
 
-// close deletes every latch still known, waits for a scheduled flush, and stops.
+// close deletes every latch still known — the Client's owners take no hold after it, so no
+// late duplicate can matter — waits for a scheduled flush, and stops.
 func (j *janitor) close() {
 	j.mu.Lock()
 	j.closed = true
@@ -97,27 +91,28 @@ func (j *janitor) close() {
 		j.armed = false
 		j.flushes.Done() // the flush will not run: this is it
 	}
-	var gone []leftLatch
-	for l, left := range j.idle {
-		gone = append(gone, left)
-		delete(j.idle, l)
+	keys := j.gone
+	j.gone = nil
+	for key := range j.live {
+		keys = append(keys, key)
+		delete(j.live, key)
 	}
 	j.mu.Unlock()
-	j.delete(gone)
+	j.delete(keys)
 	j.flushes.Wait()
 }
 
-func (j *janitor) delete(latches []leftLatch) {
-	if len(latches) == 0 {
+func (j *janitor) delete(keys []string) {
+	if len(keys) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), janitorTimeout)
 	defer cancel()
-	execs := make([]rueidis.LuaExec, len(latches))
-	for i, left := range latches {
-		execs[i] = rueidis.LuaExec{Keys: []string{left.key}, Args: []string{left.req}}
+	cmds := make(rueidis.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = j.rdb.B().Del().Key(k).Build()
 	}
-	for _, r := range lua.LatchDelete.ExecMulti(ctx, j.rdb, execs...) {
+	for _, r := range j.rdb.DoMulti(ctx, cmds...) {
 		if err := r.Error(); err != nil {
 			j.log.Debug("unlock latch not deleted; it expires by itself", zap.Error(err))
 			return

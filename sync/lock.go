@@ -47,6 +47,7 @@ type Lock struct {
 	leaseD  time.Duration   // the same as a duration; 0 while the watchdog keeps the lock
 	latch   string          // the handle's unlock latch key, made at its first unlock
 	unlocks uint64          // unlock requests made, which number them in the latch
+	unsure  bool            // the last unlock's outcome is unknown: the next acquire marks it
 	run     int             // consecutive local hand-offs that led to the current hold
 
 	mu   gosync.Mutex    // guards lost, which Lost reads without waiting for an op
@@ -206,8 +207,16 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	l.op.Lock()
 	defer l.op.Unlock()
 	sent := time.Now()
-	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, []string{l.name},
-		[]string{leaseMs, l.owner, strconv.Itoa(l.holds)}).AsInt64()
+	keys := []string{l.name}
+	args := []string{leaseMs, l.owner, strconv.Itoa(l.holds)}
+	if l.unsure {
+		keys = append(keys, l.latch)
+		args = append(args, strconv.FormatUint(l.unlocks, 10), unlockLatchMs)
+	}
+	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, keys, args).AsInt64()
+	if err == nil || rueidis.IsRedisNil(err) {
+		l.unsure = false
+	}
 	switch {
 	case err == nil:
 		return ttl, false, nil
@@ -277,9 +286,11 @@ func (l *Lock) undo(ctx context.Context) {
 // Unlock is not cut short by ctx: abandoning a release would leave the lock held until its
 // lease ran out, so it always runs, and a reply lost to the network is retried (within 10 s)
 // with the same request ID, which makes the retry report what the first run did instead of
-// releasing twice. If Unlock still fails, the lock may or may not be released; the watchdog
-// stops renewing it, so it is released at the latest when its lease runs out, and Lost
-// closes then if it was still held.
+// releasing twice. If Unlock still fails, the lock may or may not be released, and the hold
+// counts as given up all the same: do not call Unlock again for it. A last hold is then
+// no longer renewed, so it is released at the latest when its lease runs out, and Lost
+// closes then if it was still held; the handle's next script sets Redis's count right, and a
+// late run of the failed request changes nothing.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if err := l.check(ctx, nil); err != nil {
 		return err
@@ -316,6 +327,13 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: lock %q: %w", ErrLockLost, l.name, err)
 	case err != nil:
+		// The outcome is unknown. The hold counts as given up — the caller is done with it, and
+		// must not have its next Unlock taken for this one — and a last hold's lease lapses
+		// instead of being renewed, so Redis frees it by its lease at the latest. The counts
+		// the scripts set come from the handle, so whatever Redis still counts is set right by
+		// the handle's next script, and the latch makes a late run of this request a no-op
+		// (see unsure).
+		l.holds = max(l.holds-1, 0)
 		if final && lease != nil {
 			lease.Lapse()
 		}
@@ -356,6 +374,7 @@ const (
 func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 	if l.latch == "" {
 		l.latch = unlockLatchKey(l.name, l.c.newRequestID())
+		l.c.janitor.track(l, l.latch)
 	}
 	l.unlocks++
 	req := strconv.FormatUint(l.unlocks, 10)
@@ -370,15 +389,14 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 		v, err := lua.LockRelease.Exec(ctx, l.c.rdb, keys, args).AsInt64()
 		switch {
 		case err == nil:
-			l.c.janitor.leave(l, l.latch, req)
 			return v, nil
 		case rueidis.IsRedisNil(err):
 			return 0, fmt.Errorf("%w: lock %q, owner %s", ErrNotHeld, l.name, l.owner)
 		}
 		if isRedisErr(err) || attempt == unlockAttempts || time.Since(start)+backoff > unlockBudget ||
 			errors.Is(err, rueidis.ErrClosing) {
-			if attempt > 1 || !isRedisErr(err) { // a run whose reply was lost may have written it
-				l.c.janitor.leave(l, l.latch, req)
+			if attempt > 1 || !isRedisErr(err) { // a run whose reply was lost may still act
+				l.unsure = true
 				if h != nil {
 					h.l.undo(ctx)
 				}

@@ -3,6 +3,8 @@ package sync
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,8 +172,8 @@ func TestUnlockWithEndedContextReleases(t *testing.T) {
 }
 
 // A final Unlock that fails (Redis unreachable through every retry) leaves the lease neither
-// renewed for ever nor forgotten: it lapses, the lock expires with its lease, Lost closes
-// then, and a later Unlock says the lease was lost.
+// renewed for ever nor forgotten: it lapses, the lock expires with its lease, and Lost closes
+// then. The hold counts as given up, so a later Unlock has nothing to release.
 func TestFailedUnlockLapsesLease(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const timeout = 600 * time.Millisecond
@@ -194,14 +196,16 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 			t.Fatal("Lost not closed after the failed release, although nothing renews the lock")
 		}
 		eventually(t, 2*timeout, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-fails") })
-		if err := mu.Unlock(ctx); !errors.Is(err, ErrLockLost) {
-			t.Fatalf("Unlock after the lease lapsed: %v, want ErrLockLost", err)
+		if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+			t.Fatalf("Unlock after a failed one: %v, want ErrNotHeld (the hold was given up)", err)
 		}
 	})
 }
 
 // Unlock latches do not pile up: a handle has one latch key, which each of its unlocks
-// overwrites, and the janitor deletes it once the handle is idle — no Close needed.
+// overwrites, and the janitor deletes it once the handle has been garbage-collected — no
+// Close needed. (While the handle lives, the latch is what makes a late duplicate of its
+// earlier unlocks a no-op, so it stays.)
 func TestLatchesDoNotLinger(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
@@ -213,71 +217,58 @@ func TestLatchesDoNotLinger(t *testing.T) {
 			}
 			return len(keys)
 		}
-		mu := c.Lock("latches")
-		for i := 0; i < 50; i++ {
-			if err := mu.Lock(ctx); err != nil {
-				t.Fatal(err)
+		cycle := func(mu *Lock) {
+			for range 2 { // a partial release writes the latch too
+				if err := mu.Lock(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if err := mu.Lock(ctx); err != nil { // a partial release leaves a latch too
-				t.Fatal(err)
-			}
-			for j := 0; j < 2; j++ {
+			for range 2 {
 				if err := mu.Unlock(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if n := latches(); n > 1 {
-				t.Fatalf("cycle %d: %d unlock latches alive, want at most the last one", i, n)
+		}
+		mu := c.Lock("latches")
+		for i := 0; i < 50; i++ {
+			cycle(mu)
+			if n := latches(); n != 1 {
+				t.Fatalf("cycle %d: %d unlock latches alive, want the handle's one", i, n)
 			}
 		}
-		eventually(t, 3*janitorDelay, "the idle handle's last latch deleted", func() bool { return latches() == 0 })
+		if ttl := pttl(t, rdb, mu.latch); ttl <= 0 {
+			t.Fatalf("latch PTTL %d, want it to expire by itself", ttl)
+		}
+		for i := range 20 { // handles made per request, as services do, and dropped
+			cycle(c.Lock("latches:" + strconv.Itoa(i)))
+		}
+		runtime.KeepAlive(mu)
+		eventually(t, 5*time.Second, "the latches of collected handles deleted", func() bool {
+			runtime.GC()
+			return latches() == 0
+		})
 	})
 }
 
-// The janitor deletes a latch only while it records the unlock the janitor was told of: an
-// unlock that overwrote it since may still need it for its retry.
-func TestJanitorSparesOverwrittenLatch(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
-		c, rdb := newClient(t, b.Addr)
-		mu := c.Lock("overwritten")
-		for range 2 { // unlock requests 1 and 2
-			if err := mu.Lock(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := mu.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		c.janitor.delete([]leftLatch{{key: mu.latch, req: "1"}})
-		if !exists(t, rdb, mu.latch) {
-			t.Fatal("the janitor deleted a latch a later unlock had overwritten")
-		}
-		c.janitor.delete([]leftLatch{{key: mu.latch, req: "2"}})
-		if exists(t, rdb, mu.latch) {
-			t.Fatal("the janitor left the latch of the unlock it was told of")
-		}
-	})
-}
-
-// A release that finds the lock not held leaves no trace of its request in the latch, so
-// that its repeat finds the lock not held too instead of taking the first run for a success.
+// A release that finds the lock not held records that, as minus its request number, so that
+// its repeat finds the lock not held too instead of taking the first run for a success.
 func TestNotHeldReleaseRepeatsAsNotHeld(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, rdb := newClient(t, b.Addr)
 		mu := c.Lock("not-held")
 		latch := unlockLatchKey(mu.name, c.newRequestID())
-		for _, holds := range []string{"1", "2"} {
-			args := []string{"0", "30000", mu.Owner(), c.publishCmd, unlockLatchMs, holds, "9"}
+		for i, holds := range []string{"1", "2"} {
+			req := strconv.Itoa(9 + i)
+			args := []string{"0", "30000", mu.Owner(), c.publishCmd, unlockLatchMs, holds, req}
 			for run := range 2 {
 				err := lua.LockRelease.Exec(ctx, rdb, []string{mu.name, mu.channel, latch}, args).Error()
 				if !rueidis.IsRedisNil(err) {
 					t.Fatalf("holds %s, run %d: %v, want nil (not held)", holds, run, err)
 				}
 			}
-			if exists(t, rdb, latch) {
-				t.Fatalf("holds %s: latch left by a release that found the lock not held", holds)
+			if v, err := rdb.Do(ctx, rdb.B().Get().Key(latch).Build()).ToString(); err != nil || v != "-"+req {
+				t.Fatalf("holds %s: latch %q (%v), want -%s", holds, v, err, req)
 			}
 		}
 	})

@@ -84,8 +84,8 @@ func (q *heirs) remove(name string, h *heir) {
 	}
 }
 
-// reserve picks the longest-waiting heir of name that is parked and whose handle is idle and
-// holds nothing, and reserves it: the heir makes no attempt of its own until the reservation
+// reserve picks the longest-waiting heir of name that is parked and whose handle is idle,
+// holds nothing and has no unlock of unknown outcome behind it, and reserves it: the heir makes no attempt of its own until the reservation
 // ends, and its handle's op lock is held, so that the handle's idea of its holds changes in
 // the order Redis applies them. The caller must end the reservation with handOver. Only
 // TryLock is used on other handles' op locks, so a releaser (which holds its own) can never
@@ -97,7 +97,9 @@ func (q *heirs) reserve(name string) *heir {
 		if h.state.Load() != heirParked || !h.l.op.TryLock() {
 			continue
 		}
-		if h.l.holds == 0 && h.state.CompareAndSwap(heirParked, heirReserved) {
+		// A handle whose last unlock has an unknown outcome must take its next hold through
+		// its own acquire script, which first makes a late run of that unlock a no-op.
+		if h.l.holds == 0 && !h.l.unsure && h.state.CompareAndSwap(heirParked, heirReserved) {
 			return h
 		}
 		h.l.op.Unlock()

@@ -419,3 +419,42 @@ func TestHandoffSkipsWaitersThatLeft(t *testing.T) {
 		}
 	})
 }
+
+// A waiting handle whose last unlock has an unknown outcome is not handed the lock: it takes
+// it through its own acquire script, which first raises its latch's mark so that a late run
+// of that unlock cannot release the hold. (Its first attempt would do that, so the handle
+// must have joined a queue without one.)
+func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		sub := rawSubscribe(t, ctx, rdb, lockChannel("unsure"))
+		a, first, unsure := c.Lock("unsure"), c.Lock("unsure"), c.Lock("unsure")
+		for range 3 { // unlock requests 1..3; pretend the third one's outcome is unknown
+			must(t, unsure.Lock(ctx))
+			must(t, unsure.Unlock(ctx))
+		}
+		unsure.op.Lock()
+		unsure.unsure = true
+		unsure.op.Unlock()
+		must(t, a.Lock(ctx))
+		firstDone := startLock(ctx, first)
+		settled(t, c, "unsure", 1)
+		unsureDone := startLock(ctx, unsure) // joins behind first, without an attempt
+		settled(t, c, "unsure", 2)
+		sub.published(t, ctx)
+
+		must(t, a.Unlock(ctx))
+		await(t, firstDone, "first handed the lock")
+		sub.quiet(t, ctx, "hand-off a → first")
+		must(t, first.Unlock(ctx))
+		await(t, unsureDone, "the unsure handle took the lock")
+		if got := sub.published(t, ctx); len(got) != 1 {
+			t.Fatalf("release published %q: want a free (one message), not a hand-off", got)
+		}
+		if v, err := rdb.Do(ctx, rdb.B().Get().Key(unsure.latch).Build()).ToString(); err != nil || v != "3" {
+			t.Fatalf("latch %q (%v), want the mark raised to 3", v, err)
+		}
+		must(t, unsure.Unlock(ctx))
+	})
+}

@@ -22,6 +22,8 @@ var (
 	lockRenew string
 	//go:embed lock_undo.lua
 	lockUndo string
+	//go:embed lock_settle_handoff.lua
+	lockSettleHandoff string
 )
 
 var (
@@ -55,4 +57,10 @@ var (
 	// LockUndo takes back the hold added by an acquire whose reply was lost: KEYS [lock,
 	// channel], ARGV [owner, holdsBefore, leaseMs, publishCmd, message]. It replies 1 if it did.
 	LockUndo = rueidis.NewLuaScript(lockUndo)
+
+	// LockSettleHandoff ends a hand-off whose outcome stayed unknown: it raises the releaser's
+	// latch mark past the release, then deletes whichever of releaser and heir holds the lock
+	// and publishes: KEYS [lock, channel, releaser's latch], ARGV [releaser, requestNumber,
+	// latchMs, heir, publishCmd, message]. It replies 1 if it deleted a hold.
+	LockSettleHandoff = rueidis.NewLuaScript(lockSettleHandoff)
 )

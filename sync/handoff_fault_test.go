@@ -90,16 +90,7 @@ func TestUnknownHandoffLeavesNoOrphanHold(t *testing.T) {
 			return
 		}
 		// The caller retries, as callers do, then unlocks once.
-		var lerr error
-		for range 20 { // the first command after the outage may still meet a dead connection
-			if lerr = heirMu.Lock(ctx); lerr == nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if lerr != nil {
-			t.Fatal(lerr)
-		}
+		lockAfterOutage(t, ctx, heirMu)
 		if err := heirMu.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}

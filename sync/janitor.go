@@ -5,6 +5,7 @@ import (
 	"runtime"
 	gosync "sync"
 	"time"
+	"weak"
 
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
@@ -26,10 +27,10 @@ type janitor struct {
 	log *zap.Logger
 
 	mu      gosync.Mutex
-	live    map[string]struct{} // latch keys of handles not yet collected
-	gone    []string            // latch keys of collected handles, deleted at the next flush
-	armed   bool                // a flush is scheduled
-	timer   *time.Timer         // the scheduled flush
+	live    map[string]weak.Pointer[Lock] // latch keys of handles not yet collected
+	gone    []string                      // latch keys of collected handles, deleted at the next flush
+	armed   bool                          // a flush is scheduled
+	timer   *time.Timer                   // the scheduled flush
 	closed  bool
 	flushes gosync.WaitGroup
 }
@@ -40,7 +41,7 @@ const (
 )
 
 func newJanitor(rdb rueidis.Client, log *zap.Logger) *janitor {
-	return &janitor{rdb: rdb, log: log, live: make(map[string]struct{})}
+	return &janitor{rdb: rdb, log: log, live: make(map[string]weak.Pointer[Lock])}
 }
 
 // track takes charge of l's latch key, made at its first unlock: it is deleted once l has
@@ -51,7 +52,7 @@ func (j *janitor) track(l *Lock, key string) {
 	if j.closed {
 		return
 	}
-	j.live[key] = struct{}{}
+	j.live[key] = weak.Make(l)
 	runtime.AddCleanup(l, j.collected, key)
 }
 
@@ -82,8 +83,10 @@ func (j *janitor) flush() {
 	j.delete(keys)
 }
 
-// close deletes every latch still known — the Client's owners take no hold after it, so no
-// late duplicate can matter — waits for a scheduled flush, and stops.
+// close deletes the latches still known — the Client's owners take no hold after it, so no
+// late duplicate can matter — except those of handles with an unlock still running (it may
+// yet retry, and needs its latch; it expires by its PX). Then it waits for a scheduled
+// flush, and stops. Call it after the Client is marked closed, so that no unlock starts.
 func (j *janitor) close() {
 	j.mu.Lock()
 	j.closed = true
@@ -93,12 +96,22 @@ func (j *janitor) close() {
 	}
 	keys := j.gone
 	j.gone = nil
-	for key := range j.live {
-		keys = append(keys, key)
+	var idle []*Lock
+	for key, wp := range j.live {
 		delete(j.live, key)
+		if l := wp.Value(); l != nil {
+			if !l.op.TryLock() {
+				continue
+			}
+			idle = append(idle, l)
+		}
+		keys = append(keys, key)
 	}
 	j.mu.Unlock()
 	j.delete(keys)
+	for _, l := range idle {
+		l.op.Unlock()
+	}
 	j.flushes.Wait()
 }
 

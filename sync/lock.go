@@ -286,11 +286,13 @@ func (l *Lock) undo(ctx context.Context) {
 // Unlock is not cut short by ctx: abandoning a release would leave the lock held until its
 // lease ran out, so it always runs, and a reply lost to the network is retried (within 10 s)
 // with the same request ID, which makes the retry report what the first run did instead of
-// releasing twice. If Unlock still fails, the lock may or may not be released, and the hold
-// counts as given up all the same: do not call Unlock again for it. A last hold is then
-// no longer renewed, so it is released at the latest when its lease runs out, and Lost
-// closes then if it was still held; the handle's next script sets Redis's count right, and a
-// late run of the failed request changes nothing.
+// releasing twice. If Unlock still fails with its outcome unknown, the lock may or may not
+// be released, and the hold counts as given up all the same: do not call Unlock again for
+// it (a second call would release whatever the failed one left, and for a nested hold that
+// is the outer one). A last hold is then no longer renewed, so it is released at the latest
+// when its lease runs out, and Lost closes then if it was still held; the handle's next
+// script sets Redis's count right, and a late run of the failed request changes nothing.
+// When Redis refuses the release (an error reply), nothing changed and the hold is kept.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if err := l.check(ctx, nil); err != nil {
 		return err
@@ -326,7 +328,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			lease.Stop()
 		}
 		return fmt.Errorf("%w: lock %q: %w", ErrLockLost, l.name, err)
-	case err != nil:
+	case errors.Is(err, errOutcomeUnknown):
 		// The outcome is unknown. The hold counts as given up — the caller is done with it, and
 		// must not have its next Unlock taken for this one — and a last hold's lease lapses
 		// instead of being renewed, so Redis frees it by its lease at the latest. The counts
@@ -334,6 +336,14 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		// the handle's next script, and the latch makes a late run of this request a no-op
 		// (see unsure).
 		l.holds = max(l.holds-1, 0)
+		if final && lease != nil {
+			lease.Lapse()
+		}
+		return err
+	case err != nil:
+		// Redis refused the script, so nothing changed and the handle still holds the lock.
+		// Its lease lapses all the same (how long since Redis last set the TTL is not known
+		// here): the lock is released by its lease at the latest unless Unlock is called again.
 		if final && lease != nil {
 			lease.Lapse()
 		}
@@ -351,12 +361,14 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	return nil
 }
 
-// Retry budget of one unlock. The latch outlives the budget with margin, so a retry can
-// never find the latch expired and act a second time.
+// Retry budget of one unlock. The latch outlives the budget by far: it is what makes a run
+// of an earlier request that reaches Redis late change nothing, and it is deleted anyway when
+// its handle is collected or its Client closed; a run delayed in transit longer than its PX
+// after the handle's last unlock is the case left uncovered.
 const (
 	unlockAttempts = 5
 	unlockBudget   = 10 * time.Second
-	unlockLatchMs  = "30000"
+	unlockLatchMs  = "300000"
 	unlockBackoff  = 20 * time.Millisecond
 )
 
@@ -395,19 +407,38 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 		}
 		if isRedisErr(err) || attempt == unlockAttempts || time.Since(start)+backoff > unlockBudget ||
 			errors.Is(err, rueidis.ErrClosing) {
-			if attempt > 1 || !isRedisErr(err) { // a run whose reply was lost may still act
-				l.unsure = true
-				if h != nil {
-					h.l.undo(ctx)
-				}
+			if attempt == 1 && isRedisErr(err) { // Redis refused the script: it did not run
+				return 0, fmt.Errorf("dsync: unlock %q: %w", l.name, err)
 			}
-			return 0, fmt.Errorf("dsync: unlock %q: %w", l.name, err)
+			// A run whose reply was lost may have acted, or may still.
+			l.unsure = true
+			if h != nil {
+				l.settleHandoff(ctx, h, req)
+			}
+			return 0, fmt.Errorf("dsync: unlock %q: %w: %w", l.name, errOutcomeUnknown, err)
 		}
 		l.c.log.Debug("unlock reply lost; retrying with the same request ID",
 			zap.String("lock", l.name), zap.Int("attempt", attempt), zap.Error(err))
 		time.Sleep(backoff)
 		backoff *= 2
 	}
+}
+
+// errOutcomeUnknown marks an unlock whose script may or may not have run.
+var errOutcomeUnknown = errors.New("outcome unknown")
+
+// settleHandoff ends a hand-off release req whose outcome stayed unknown, while h is still
+// reserved: the lock is taken from whichever of l and h it left holding it, and a late run of
+// req is made a no-op (lua.LockSettleHandoff). Caller holds l.op and h's op.
+func (l *Lock) settleHandoff(ctx context.Context, h *heir, req string) {
+	err := lua.LockSettleHandoff.Exec(ctx, l.c.rdb, []string{l.name, l.channel, l.latch},
+		[]string{l.owner, req, unlockLatchMs, h.l.owner, l.c.publishCmd, "0"}).Error()
+	if err != nil {
+		l.c.log.Warn("hand-off outcome unknown and not settled; the lock may stay held until its lease runs out",
+			zap.String("lock", l.name), zap.String("owner", l.owner), zap.String("heir", h.l.owner), zap.Error(err))
+		return
+	}
+	l.unsure = false // the mark is raised
 }
 
 // handOver ends the reservation of h: when the release handed it the lock, h's handle

@@ -273,3 +273,27 @@ func TestNotHeldReleaseRepeatsAsNotHeld(t *testing.T) {
 		}
 	})
 }
+
+// Close deletes the latches of idle handles but not of one whose unlock is still running
+// (simulated by holding its op lock): that unlock may yet retry, and needs its latch to tell
+// a repeat from a first run.
+func TestCloseSparesLatchOfRunningUnlock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		idle, busy := c.Lock("close-idle"), c.Lock("close-busy")
+		for _, mu := range []*Lock{idle, busy} {
+			must(t, mu.Lock(ctx))
+			must(t, mu.Unlock(ctx))
+		}
+		busy.op.Lock()
+		c.Close()
+		busy.op.Unlock()
+		if exists(t, rdb, idle.latch) {
+			t.Fatal("Close left an idle handle's latch")
+		}
+		if !exists(t, rdb, busy.latch) {
+			t.Fatal("Close deleted the latch of a handle whose unlock was running")
+		}
+	})
+}

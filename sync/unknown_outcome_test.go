@@ -1,0 +1,153 @@
+package sync
+
+import (
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// failUnlockHeldBack makes l's Unlock fail with every run held back in p (none has reached
+// Redis yet), and returns with p disarmed.
+func failUnlockHeldBack(t *testing.T, p *holdProxy, l *Lock, marker string) {
+	t.Helper()
+	ctx := testCtx(t, 20*time.Second)
+	p.arm(marker, true)
+	if err := l.Unlock(ctx); err == nil {
+		t.Fatal("Unlock succeeded with every run held back")
+	}
+	p.disarm()
+	if p.holding() == 0 {
+		t.Fatal("no run held back")
+	}
+}
+
+// A handle whose Unlock's outcome stayed unknown and that then joins behind another local
+// waiter makes no attempt of its own, so nothing has raised its latch's mark yet: it must not
+// be handed the lock, or a late run of the failed Unlock would free the hold it was handed
+// and another Client could take the lock while the handle believes it holds it. With real
+// late runs, end to end (TestHandoffSkipsHandleWithUnknownUnlock checks the rule itself).
+func TestLateRunCannotFreeHoldOfJoinedUnsureHandle(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "unsure-heir"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr()) // local hand-off on (the default)
+		other, _ := newClient(t, b.Addr)
+		admin := b.Client(t)
+
+		h := c.Lock(name)
+		must(t, h.Lock(ctx))
+		must(t, h.Unlock(ctx)) // warm up: scripts cached, so a held EVALSHA runs when delivered
+		must(t, h.Lock(ctx))
+		failUnlockHeldBack(t, p, h, "PUBLISH")
+		if !h.unsure {
+			t.Fatal("precondition: handle not marked unsure after the failed Unlock")
+		}
+		// h's hold lapses with its lease; free it now rather than wait.
+		must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
+
+		a, w := c.Lock(name), c.Lock(name)
+		must(t, a.Lock(ctx))
+		wDone := startLock(ctx, w)
+		settled(t, c, name, 1)
+		hDone := startLock(ctx, h) // joins behind w: no attempt, so no mark raised
+		settled(t, c, name, 2)
+		must(t, a.Unlock(ctx)) // hands to w
+		await(t, wDone, "w handed the lock")
+		must(t, w.Unlock(ctx)) // hands to h (at b1df03f: frees, and h takes it by its own acquire)
+		await(t, hDone, "h took the lock")
+
+		p.release() // the failed Unlock's runs reach Redis at last
+
+		if held, err := h.IsHeld(ctx); err != nil || !held {
+			t.Errorf("a late run of h's failed Unlock freed the hold h was handed since (IsHeld %v, %v; h.unsure %v)", held, err, h.unsure)
+		}
+		if ok, err := other.Lock(name).TryLock(ctx); err != nil || ok {
+			t.Errorf("another Client took the lock while h holds it (TryLock %v, %v)", ok, err)
+		}
+	})
+}
+
+// A hand-off release whose outcome stays unknown is settled while the heir is still
+// reserved: the releaser's latch mark is raised past it, and whichever of the two it left
+// holding the lock is deleted. A run of it reaching Redis after that changes nothing — before,
+// it handed the lock to the heir anyway, which had been told no and left: the lock was held
+// by an owner that did not know it, for the heir's whole lease, unannounced.
+func TestLateHandoffRunAfterSettleChangesNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "late-handoff"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr())
+		warmScripts(t, ctx, c)
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx))
+		type result struct {
+			ok  bool
+			err error
+		}
+		hDone := make(chan result, 1)
+		go func() {
+			ok, err := h.TryLock(ctx, WaitTime(1500*time.Millisecond))
+			hDone <- result{ok, err}
+		}()
+		settled(t, c, name, 1)
+
+		failUnlockHeldBack(t, p, l, string(handoffMarker(h))) // settled: the lock is freed
+		r := <-hDone                                          // the heir, told no, takes the freed lock itself (or gives up waiting)
+		if r.err != nil {
+			t.Fatalf("heir: %v", r.err)
+		}
+
+		if r.ok {
+			if n, err := h.HoldCount(ctx); n != 1 || err != nil {
+				t.Fatalf("heir's hold count %d (%v), want 1", n, err)
+			}
+			must(t, h.Unlock(ctx))
+		}
+		must(t, l.Lock(ctx)) // the releaser takes the lock again
+
+		p.release() // the failed release's runs reach Redis after the settlement
+
+		if held, err := l.IsHeld(ctx); err != nil || !held {
+			t.Fatalf("a late run of the settled release freed the releaser's new hold (IsHeld %v, %v)", held, err)
+		}
+		if held, err := h.IsHeld(ctx); err != nil || held {
+			t.Fatalf("a late run of the settled release handed the lock to the heir (IsHeld %v, %v)", held, err)
+		}
+		must(t, l.Unlock(ctx))
+	})
+}
+
+// An Unlock after one whose outcome stayed unknown releases whatever the failed one left (the
+// failed one never reached Redis here, so the lock): nil, and the lock is free. The failed
+// request's runs, reaching Redis afterwards, change nothing.
+func TestUnlockAfterFailedOneReleasesWhatItLeft(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "after-failed"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr(), WithLocalHandoff(0))
+		admin := b.Client(t)
+		other, _ := newClient(t, b.Addr)
+		l := c.Lock(name)
+		must(t, l.Lock(ctx))
+		must(t, l.Unlock(ctx)) // warm up
+		must(t, l.Lock(ctx))
+		failUnlockHeldBack(t, p, l, "PUBLISH")
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock after a failed one: %v, want nil (it released what the failed one left)", err)
+		}
+		if exists(t, admin, name) {
+			t.Fatal("lock still held after the second Unlock")
+		}
+		o := other.Lock(name)
+		must(t, o.Lock(ctx))
+		p.release() // the failed request's runs reach Redis now
+		if held, err := o.IsHeld(ctx); err != nil || !held {
+			t.Fatalf("late runs of the failed unlock touched another owner's hold (IsHeld %v, %v)", held, err)
+		}
+		must(t, o.Unlock(ctx))
+	})
+}

@@ -171,14 +171,7 @@ func TestLateUnlockRunChangesNothing(t *testing.T) {
 		t.Run(fmt.Sprintf("unlock-between=%v", between), func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 				ctx := testCtx(t, 20*time.Second)
-				p := newHoldProxy(t, b.Addr)
-				c, _ := newClient(t, p.addr(), WithLocalHandoff(0))
-				other, _ := newClient(t, b.Addr)
-				l := c.Lock("late-unlock")
-
-				// Warm up, so the scripts are cached and the held request is an EVALSHA that runs.
-				must(t, l.Lock(ctx))
-				must(t, l.Unlock(ctx))
+				p, l, other := heldBackHandle(t, ctx, b, "late-unlock")
 
 				must(t, l.Lock(ctx))
 				p.arm("PUBLISH", false) // only the release script's arguments carry it
@@ -214,12 +207,7 @@ func TestLateUnlockRunChangesNothing(t *testing.T) {
 func TestUnknownUnlockThenLateRunsChangeNothing(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr(), WithLocalHandoff(0))
-		other, _ := newClient(t, b.Addr)
-		l := c.Lock("unknown-unlock")
-		must(t, l.Lock(ctx))
-		must(t, l.Unlock(ctx)) // warm up
+		p, l, other := heldBackHandle(t, ctx, b, "unknown-unlock")
 		must(t, l.Lock(ctx))
 		p.arm("PUBLISH", true)
 		if err := l.Unlock(ctx); err == nil {
@@ -244,6 +232,21 @@ func TestUnknownUnlockThenLateRunsChangeNothing(t *testing.T) {
 			t.Fatalf("the lock not free after the handle's Unlock (TryLock %v, %v)", ok, err)
 		}
 	})
+}
+
+// heldBackHandle returns a handle on name whose Client reaches Redis through a holdProxy
+// (hand-off off), the proxy, and another Client that reaches Redis directly. The handle has
+// taken and released the lock once, so the scripts are cached and a held EVALSHA runs when
+// it is delivered.
+func heldBackHandle(t *testing.T, ctx context.Context, b *redistest.Backend, name string) (*holdProxy, *Lock, *Client) {
+	t.Helper()
+	p := newHoldProxy(t, b.Addr)
+	c, _ := newClient(t, p.addr(), WithLocalHandoff(0))
+	other, _ := newClient(t, b.Addr)
+	l := c.Lock(name)
+	must(t, l.Lock(ctx))
+	must(t, l.Unlock(ctx))
+	return p, l, other
 }
 
 // lostThenUnreachable runs l.Unlock with its first run's reply dropped (after the run took

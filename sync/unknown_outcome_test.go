@@ -127,13 +127,8 @@ func TestUnlockAfterFailedOneReleasesWhatItLeft(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "after-failed"
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr(), WithLocalHandoff(0))
+		p, l, other := heldBackHandle(t, ctx, b, name)
 		admin := b.Client(t)
-		other, _ := newClient(t, b.Addr)
-		l := c.Lock(name)
-		must(t, l.Lock(ctx))
-		must(t, l.Unlock(ctx)) // warm up
 		must(t, l.Lock(ctx))
 		failUnlockHeldBack(t, p, l, "PUBLISH")
 		if err := l.Unlock(ctx); err != nil {

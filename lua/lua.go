@@ -58,9 +58,10 @@ var (
 	// channel], ARGV [owner, holdsBefore, leaseMs, publishCmd, message]. It replies 1 if it did.
 	LockUndo = rueidis.NewLuaScript(lockUndo)
 
-	// LockSettleHandoff ends a hand-off whose outcome stayed unknown: it raises the releaser's
-	// latch mark past the release, then deletes whichever of releaser and heir holds the lock
-	// and publishes: KEYS [lock, channel, releaser's latch], ARGV [releaser, requestNumber,
-	// latchMs, heir, publishCmd, message]. It replies 1 if it deleted a hold.
+	// LockSettleHandoff ends a hand-off whose outcome stayed unknown: a request of the
+	// releaser's, fenced by its latch like an unlock, that deletes whichever of releaser and
+	// heir holds the lock and publishes: KEYS [lock, channel, releaser's latch], ARGV
+	// [releaser, requestNumber, latchMs, heir, publishCmd, message]. It replies 1 if it
+	// deleted a hold; a repeat or stale run changes nothing.
 	LockSettleHandoff = rueidis.NewLuaScript(lockSettleHandoff)
 )

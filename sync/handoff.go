@@ -97,9 +97,9 @@ func (q *heirs) reserve(name string) *heir {
 		if h.state.Load() != heirParked || !h.l.op.TryLock() {
 			continue
 		}
-		// A handle whose last unlock has an unknown outcome must take its next hold through
-		// its own acquire script, which first makes a late run of that unlock a no-op.
-		if h.l.holds == 0 && !h.l.unsure && h.state.CompareAndSwap(heirParked, heirReserved) {
+		// A handle with a fence (requests of unknown outcome that could still reach Redis)
+		// must take its next hold through its own acquire script, which raises the fence.
+		if h.l.holds == 0 && h.l.fence.key == "" && h.state.CompareAndSwap(heirParked, heirReserved) {
 			return h
 		}
 		h.l.op.Unlock()

@@ -28,6 +28,7 @@ type janitor struct {
 
 	mu      gosync.Mutex
 	live    map[string]weak.Pointer[Lock] // latch keys of handles not yet collected
+	pinned  map[string]struct{}           // latches guarding requests of unknown outcome
 	gone    []string                      // latch keys of collected handles, deleted at the next flush
 	armed   bool                          // a flush is scheduled
 	timer   *time.Timer                   // the scheduled flush
@@ -41,7 +42,7 @@ const (
 )
 
 func newJanitor(rdb rueidis.Client, log *zap.Logger) *janitor {
-	return &janitor{rdb: rdb, log: log, live: make(map[string]weak.Pointer[Lock])}
+	return &janitor{rdb: rdb, log: log, live: make(map[string]weak.Pointer[Lock]), pinned: make(map[string]struct{})}
 }
 
 // track takes charge of l's latch key, made at its first unlock: it is deleted once l has
@@ -56,11 +57,25 @@ func (j *janitor) track(l *Lock, key string) {
 	runtime.AddCleanup(l, j.collected, key)
 }
 
+// pin keeps key from being deleted before its PX: it guards requests whose outcome is
+// unknown and that may still reach Redis — even after their handle is gone, since a late
+// hand-off or settlement acts on another owner's hold.
+func (j *janitor) pin(key string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.pinned[key] = struct{}{}
+	delete(j.live, key)
+}
+
 // collected runs when a handle with a latch has been garbage-collected.
 func (j *janitor) collected(key string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	delete(j.live, key)
+	if _, ok := j.pinned[key]; ok {
+		delete(j.pinned, key) // it expires by its PX
+		return
+	}
 	if j.closed {
 		return
 	}

@@ -47,7 +47,7 @@ type Lock struct {
 	leaseD  time.Duration   // the same as a duration; 0 while the watchdog keeps the lock
 	latch   string          // the handle's unlock latch key, made at its first unlock
 	unlocks uint64          // unlock requests made, which number them in the latch
-	unsure  bool            // the last unlock's outcome is unknown: the next acquire marks it
+	fence   latchFence      // a latch mark the next acquire must raise before taking a hold
 	run     int             // consecutive local hand-offs that led to the current hold
 
 	mu   gosync.Mutex    // guards lost, which Lost reads without waiting for an op
@@ -209,13 +209,13 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	sent := time.Now()
 	keys := []string{l.name}
 	args := []string{leaseMs, l.owner, strconv.Itoa(l.holds)}
-	if l.unsure {
-		keys = append(keys, l.latch)
-		args = append(args, strconv.FormatUint(l.unlocks, 10), unlockLatchMs)
+	if l.fence.key != "" {
+		keys = append(keys, l.fence.key)
+		args = append(args, l.fence.n, unlockLatchMs)
 	}
 	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, keys, args).AsInt64()
 	if err == nil || rueidis.IsRedisNil(err) {
-		l.unsure = false
+		l.fence = latchFence{}
 	}
 	switch {
 	case err == nil:
@@ -334,7 +334,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		// instead of being renewed, so Redis frees it by its lease at the latest. The counts
 		// the scripts set come from the handle, so whatever Redis still counts is set right by
 		// the handle's next script, and the latch makes a late run of this request a no-op
-		// (see unsure).
+		// (see fence).
 		l.holds = max(l.holds-1, 0)
 		if final && lease != nil {
 			lease.Lapse()
@@ -411,10 +411,11 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 				return 0, fmt.Errorf("dsync: unlock %q: %w", l.name, err)
 			}
 			// A run whose reply was lost may have acted, or may still.
-			l.unsure = true
-			if h != nil {
-				l.settleHandoff(ctx, h, req)
+			if h != nil && l.settleHandoff(ctx, h) {
+				return releasedFreed, nil // the release's effect is settled: the hold is gone
 			}
+			l.fence = latchFence{key: l.latch, n: strconv.FormatUint(l.unlocks, 10)}
+			l.c.janitor.pin(l.latch)
 			return 0, fmt.Errorf("dsync: unlock %q: %w: %w", l.name, errOutcomeUnknown, err)
 		}
 		l.c.log.Debug("unlock reply lost; retrying with the same request ID",
@@ -427,18 +428,41 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 // errOutcomeUnknown marks an unlock whose script may or may not have run.
 var errOutcomeUnknown = errors.New("outcome unknown")
 
-// settleHandoff ends a hand-off release req whose outcome stayed unknown, while h is still
-// reserved: the lock is taken from whichever of l and h it left holding it, and a late run of
-// req is made a no-op (lua.LockSettleHandoff). Caller holds l.op and h's op.
-func (l *Lock) settleHandoff(ctx context.Context, h *heir, req string) {
-	err := lua.LockSettleHandoff.Exec(ctx, l.c.rdb, []string{l.name, l.channel, l.latch},
-		[]string{l.owner, req, unlockLatchMs, h.l.owner, l.c.publishCmd, "0"}).Error()
-	if err != nil {
-		l.c.log.Warn("hand-off outcome unknown and not settled; the lock may stay held until its lease runs out",
-			zap.String("lock", l.name), zap.String("owner", l.owner), zap.String("heir", h.l.owner), zap.Error(err))
-		return
+// A latchFence is a latch mark that a handle's next acquire raises before it takes a hold, so
+// that requests of unknown outcome numbered up to n on that latch change nothing if they
+// reach Redis later: the handle's own last unlock, or a settlement of a hand-off to it.
+type latchFence struct {
+	key string // the latch; empty: no fence
+	n   string // the request number to raise its mark to
+}
+
+// settleHandoff ends a hand-off release whose outcome stayed unknown, while h is still
+// reserved: a request of its own (lua.LockSettleHandoff), fenced by l's latch like an unlock
+// and retried like one, takes the lock from whichever of l and h the release left holding
+// it, and makes any late run of the release a no-op. It reports whether it got through.
+// When it did not, both handles carry a fence past it: their next acquire raises l's mark so
+// that neither the release nor the settlement can act later. Caller holds l.op and h's op.
+func (l *Lock) settleHandoff(ctx context.Context, h *heir) bool {
+	l.unlocks++
+	n := strconv.FormatUint(l.unlocks, 10)
+	keys := []string{l.name, l.channel, l.latch}
+	args := []string{l.owner, n, unlockLatchMs, h.l.owner, l.c.publishCmd, "0"}
+	var err error
+	backoff := unlockBackoff
+	for attempt := 1; attempt <= unlockAttempts; attempt++ {
+		if err = lua.LockSettleHandoff.Exec(ctx, l.c.rdb, keys, args).Error(); err == nil {
+			return true
+		}
+		if errors.Is(err, rueidis.ErrClosing) {
+			break
+		}
+		time.Sleep(backoff)
+		backoff *= 2
 	}
-	l.unsure = false // the mark is raised
+	l.c.log.Warn("hand-off outcome unknown and not settled; the lock may stay held until its lease runs out",
+		zap.String("lock", l.name), zap.String("owner", l.owner), zap.String("heir", h.l.owner), zap.Error(err))
+	h.l.fence = latchFence{key: l.latch, n: n}
+	return false
 }
 
 // handOver ends the reservation of h: when the release handed it the lock, h's handle

@@ -7,18 +7,25 @@ import (
 	"github.com/latchkey/latchkey/internal/redistest"
 )
 
-// failUnlockHeldBack makes l's Unlock fail with every run held back in p (none has reached
-// Redis yet), and returns with p disarmed.
-func failUnlockHeldBack(t *testing.T, p *holdProxy, l *Lock, marker string) {
+// unlockHeldBack runs l's Unlock with every request that contains marker held back in p
+// (none of them has reached Redis yet), and returns Unlock's error with p disarmed.
+func unlockHeldBack(t *testing.T, p *holdProxy, l *Lock, marker string) error {
 	t.Helper()
 	ctx := testCtx(t, 20*time.Second)
 	p.arm(marker, true)
-	if err := l.Unlock(ctx); err == nil {
-		t.Fatal("Unlock succeeded with every run held back")
-	}
+	err := l.Unlock(ctx)
 	p.disarm()
 	if p.holding() == 0 {
 		t.Fatal("no run held back")
+	}
+	return err
+}
+
+// failUnlockHeldBack is unlockHeldBack for an Unlock that must fail.
+func failUnlockHeldBack(t *testing.T, p *holdProxy, l *Lock, marker string) {
+	t.Helper()
+	if err := unlockHeldBack(t, p, l, marker); err == nil {
+		t.Fatal("Unlock succeeded with every run held back")
 	}
 }
 
@@ -41,7 +48,7 @@ func TestLateRunCannotFreeHoldOfJoinedUnsureHandle(t *testing.T) {
 		must(t, h.Unlock(ctx)) // warm up: scripts cached, so a held EVALSHA runs when delivered
 		must(t, h.Lock(ctx))
 		failUnlockHeldBack(t, p, h, "PUBLISH")
-		if !h.unsure {
+		if h.fence.key == "" {
 			t.Fatal("precondition: handle not marked unsure after the failed Unlock")
 		}
 		// h's hold lapses with its lease; free it now rather than wait.
@@ -61,7 +68,7 @@ func TestLateRunCannotFreeHoldOfJoinedUnsureHandle(t *testing.T) {
 		p.release() // the failed Unlock's runs reach Redis at last
 
 		if held, err := h.IsHeld(ctx); err != nil || !held {
-			t.Errorf("a late run of h's failed Unlock freed the hold h was handed since (IsHeld %v, %v; h.unsure %v)", held, err, h.unsure)
+			t.Errorf("a late run of h's failed Unlock freed the hold h was handed since (IsHeld %v, %v; h.fence %v)", held, err, h.fence)
 		}
 		if ok, err := other.Lock(name).TryLock(ctx); err != nil || ok {
 			t.Errorf("another Client took the lock while h holds it (TryLock %v, %v)", ok, err)
@@ -94,8 +101,12 @@ func TestLateHandoffRunAfterSettleChangesNothing(t *testing.T) {
 		}()
 		settled(t, c, name, 1)
 
-		failUnlockHeldBack(t, p, l, string(handoffMarker(h))) // settled: the lock is freed
-		r := <-hDone                                          // the heir, told no, takes the freed lock itself (or gives up waiting)
+		// The release's runs are held back; the settlement (which does not carry the marker)
+		// gets through, frees the lock, and Unlock succeeds.
+		if err := unlockHeldBack(t, p, l, string(handoffMarker(h))); err != nil {
+			t.Fatalf("Unlock with its hand-off settled: %v, want nil", err)
+		}
+		r := <-hDone // the heir, told no, takes the freed lock itself (or gives up waiting)
 		if r.err != nil {
 			t.Fatalf("heir: %v", r.err)
 		}

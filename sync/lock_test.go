@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 )
 
@@ -518,6 +519,13 @@ func warmScripts(t *testing.T, ctx context.Context, c *Client) {
 	if err := mu.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The hand-off settlement too (on keys of its own; it finds nothing to delete).
+	if err := lua.LockSettleHandoff.Exec(ctx, c.rdb,
+		[]string{"warm-settle", lockChannel("warm-settle"), "warm-settle-latch"},
+		[]string{"x", "1", "1000", "y", c.publishCmd, "0"}).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c.rdb.Do(ctx, c.rdb.B().Del().Key("warm-settle-latch").Build())
 }
 
 func TestForceUnlock(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
-	"github.com/latchkey/latchkey/lua"
 )
 
 // A settlement of a hand-off can itself be lost on the network that lost the release. The
@@ -22,14 +21,7 @@ func TestLateSettleKeepsHoldTakenSince(t *testing.T) {
 		p := newHoldProxy(t, b.Addr)
 		c, _ := newClient(t, p.addr(), WithWatchdogTimeout(time.Second))
 		other, _ := newClient(t, b.Addr)
-		admin := b.Client(t)
-		warmScripts(t, ctx, c) // release and acquire scripts cached
-		// The settle script cached too, so a held EVALSHA of it runs when delivered.
-		if err := lua.LockSettleHandoff.Exec(ctx, admin,
-			[]string{"warm-settle", lockChannel("warm-settle"), "warm-settle-latch"},
-			[]string{"x", "1", "1000", "y", "PUBLISH", "0"}).Error(); err != nil {
-			t.Fatal(err)
-		}
+		warmScripts(t, ctx, c) // so that held EVALSHAs run when delivered
 
 		l, h := c.Lock(name), c.Lock(name)
 		must(t, l.Lock(ctx))
@@ -70,13 +62,7 @@ func TestLateSettleKeepsReleasersNewHold(t *testing.T) {
 		p := newHoldProxy(t, b.Addr)
 		c, _ := newClient(t, p.addr())
 		other, _ := newClient(t, b.Addr)
-		admin := b.Client(t)
 		warmScripts(t, ctx, c)
-		if err := lua.LockSettleHandoff.Exec(ctx, admin,
-			[]string{"warm-settle", lockChannel("warm-settle"), "warm-settle-latch"},
-			[]string{"x", "1", "1000", "y", "PUBLISH", "0"}).Error(); err != nil {
-			t.Fatal(err)
-		}
 		l, h := c.Lock(name), c.Lock(name)
 		must(t, l.Lock(ctx))
 		hDone := make(chan error, 1)

@@ -1,9 +1,21 @@
 -- Undo an acquire whose reply was lost (a latchkey addition; it writes only Redisson's layout).
--- KEYS[1] lock hash, KEYS[2] lock channel.
+-- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch.
 -- ARGV[1] owner id, ARGV[2] hold count the owner had before the lost attempt,
--- ARGV[3] lease ms kept when still held, ARGV[4] publish command, ARGV[5] unlock message (0).
+-- ARGV[3] lease ms kept when still held, ARGV[4] publish command, ARGV[5] unlock message (0),
+-- ARGV[6] this undo's request number on the owner's latch, ARGV[7] the latch PX ms.
+-- The undo is a request of the owner's, fenced by its latch like an unlock (see
+-- lock_release.lua): a repeat of it, or a run reaching Redis after the mark has passed it —
+-- after the owner took a hold since — changes nothing.
 -- The lost attempt can only have added one hold, so one hold is taken back exactly when the
 -- count is one above what the owner knew. Reply: 1 when a hold was taken back, 0 otherwise.
+local n = tonumber(ARGV[6])
+local last = tonumber(redis.call('set', KEYS[3], ARGV[6], 'px', ARGV[7], 'get'))
+if last and math.abs(last) >= n then
+    if last ~= n then
+        redis.call('set', KEYS[3], last, 'px', ARGV[7])
+    end
+    return 0
+end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
 if count ~= tonumber(ARGV[2]) + 1 then
     return 0

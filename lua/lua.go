@@ -27,11 +27,11 @@ var (
 )
 
 var (
-	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (owner's latch)], ARGV
-	// [leaseMs, owner, holdsKnown, (lastUnlockRequest, latchMs)]; the count becomes
-	// holdsKnown+1. It replies nil when acquired, or the holder's PTTL. With the latch, it
-	// first raises the latch's mark to an unlock request whose outcome the owner never
-	// learned, so that a late run of it changes nothing.
+	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (latch...)], ARGV
+	// [leaseMs, owner, holdsKnown, (latchMs, number...)]; the count becomes holdsKnown+1. It
+	// replies nil when acquired, or the holder's PTTL. With latches, it first raises each
+	// latch's mark to its number, so that requests of unknown outcome up to it change nothing
+	// if they reach Redis later.
 	LockAcquire = rueidis.NewLuaScript(lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
@@ -55,7 +55,9 @@ var (
 	LockRenew = rueidis.NewLuaScriptNoSha(lockRenew)
 
 	// LockUndo takes back the hold added by an acquire whose reply was lost: KEYS [lock,
-	// channel], ARGV [owner, holdsBefore, leaseMs, publishCmd, message]. It replies 1 if it did.
+	// channel, owner's latch], ARGV [owner, holdsBefore, leaseMs, publishCmd, message,
+	// requestNumber, latchMs]. It replies 1 if it did. It is fenced by the latch like an
+	// unlock: a repeat or a late run changes nothing.
 	LockUndo = rueidis.NewLuaScript(lockUndo)
 
 	// LockSettleHandoff ends a hand-off whose outcome stayed unknown: a request of the

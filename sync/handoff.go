@@ -99,7 +99,7 @@ func (q *heirs) reserve(name string) *heir {
 		}
 		// A handle with a fence (requests of unknown outcome that could still reach Redis)
 		// must take its next hold through its own acquire script, which raises the fence.
-		if h.l.holds == 0 && h.l.fence.key == "" && h.state.CompareAndSwap(heirParked, heirReserved) {
+		if h.l.holds == 0 && len(h.l.fences) == 0 && h.state.CompareAndSwap(heirParked, heirReserved) {
 			return h
 		}
 		h.l.op.Unlock()

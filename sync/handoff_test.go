@@ -435,7 +435,7 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 			must(t, unsure.Unlock(ctx))
 		}
 		unsure.op.Lock()
-		unsure.fence = latchFence{key: unsure.latch, n: "3"}
+		unsure.fences = []latchFence{{key: unsure.latch, n: "3"}}
 		unsure.op.Unlock()
 		must(t, a.Lock(ctx))
 		firstDone := startLock(ctx, first)

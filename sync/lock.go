@@ -47,7 +47,7 @@ type Lock struct {
 	leaseD  time.Duration   // the same as a duration; 0 while the watchdog keeps the lock
 	latch   string          // the handle's unlock latch key, made at its first unlock
 	unlocks uint64          // unlock requests made, which number them in the latch
-	fence   latchFence      // a latch mark the next acquire must raise before taking a hold
+	fences  []latchFence    // latch marks the next acquire must raise before taking a hold
 	run     int             // consecutive local hand-offs that led to the current hold
 
 	mu   gosync.Mutex    // guards lost, which Lost reads without waiting for an op
@@ -209,13 +209,16 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	sent := time.Now()
 	keys := []string{l.name}
 	args := []string{leaseMs, l.owner, strconv.Itoa(l.holds)}
-	if l.fence.key != "" {
-		keys = append(keys, l.fence.key)
-		args = append(args, l.fence.n, unlockLatchMs)
+	if len(l.fences) > 0 {
+		args = append(args, unlockLatchMs)
+		for _, f := range l.fences {
+			keys = append(keys, f.key)
+			args = append(args, f.n)
+		}
 	}
 	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, keys, args).AsInt64()
 	if err == nil || rueidis.IsRedisNil(err) {
-		l.fence = latchFence{}
+		l.fences = l.fences[:0]
 	}
 	switch {
 	case err == nil:
@@ -262,21 +265,59 @@ func (l *Lock) leaseTTL() time.Duration {
 }
 
 // undo takes back the hold a lost attempt may have added, leaving the handle's own holds and
-// their lease as they were. Like the attempt, it is awaited whatever ctx does: an undo
-// abandoned but still delivered later could take back a hold acquired since. Caller holds
-// l.op.
+// their lease as they were. It is a request of the handle's, numbered on its latch like an
+// unlock, so it is retried like one and a run of it reaching Redis late — after the handle
+// took a hold since — changes nothing; if every try fails, the handle carries a fence past
+// it. Like the attempt, it is awaited whatever ctx does. Caller holds l.op.
 func (l *Lock) undo(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	l.ensureLatch()
+	l.unlocks++
+	req := strconv.FormatUint(l.unlocks, 10)
+	keys := []string{l.name, l.channel, l.latch}
+	args := []string{l.owner, strconv.Itoa(l.holds), l.leaseMs, l.c.publishCmd, "0", req, unlockLatchMs}
 	sent := time.Now()
-	n, err := lua.LockUndo.Exec(context.WithoutCancel(ctx), l.c.rdb, []string{l.name, l.channel},
-		[]string{l.owner, strconv.Itoa(l.holds), l.leaseMs, l.c.publishCmd, "0"}).AsInt64()
-	if err != nil {
-		l.c.log.Warn("acquire reply lost and undo failed; the lock may stay held until its lease runs out",
-			zap.String("lock", l.name), zap.String("owner", l.owner), zap.Error(err))
-		return
+	backoff := unlockBackoff
+	var err error
+	for attempt := 1; attempt <= unlockAttempts; attempt++ {
+		var n int64
+		if n, err = lua.LockUndo.Exec(ctx, l.c.rdb, keys, args).AsInt64(); err == nil {
+			if n == 1 && l.holds > 0 && l.lease != nil {
+				l.lease.Reset(sent, l.leaseTTL(), l.leaseD == 0) // the undo set the TTL back to our lease
+			}
+			return
+		}
+		if errors.Is(err, rueidis.ErrClosing) {
+			break
+		}
+		time.Sleep(backoff)
+		backoff *= 2
 	}
-	if n == 1 && l.holds > 0 && l.lease != nil {
-		l.lease.Reset(sent, l.leaseTTL(), l.leaseD == 0) // the undo set the TTL back to our lease
+	l.c.log.Warn("acquire reply lost and undo failed; the lock may stay held until its lease runs out",
+		zap.String("lock", l.name), zap.String("owner", l.owner), zap.Error(err))
+	l.addFence(latchFence{key: l.latch, n: req})
+}
+
+// ensureLatch makes the handle's latch key at its first use. Caller holds l.op.
+func (l *Lock) ensureLatch() {
+	if l.latch == "" {
+		l.latch = unlockLatchKey(l.name, l.c.newRequestID())
+		l.c.janitor.track(l, l.latch)
 	}
+}
+
+// addFence records a latch mark the next acquire must raise, replacing a lower one on the
+// same latch, and pins the latch: it guards requests that may still reach Redis. Caller
+// holds l.op.
+func (l *Lock) addFence(f latchFence) {
+	l.c.janitor.pin(f.key)
+	for i := range l.fences {
+		if l.fences[i].key == f.key {
+			l.fences[i] = f // numbers on one latch only rise
+			return
+		}
+	}
+	l.fences = append(l.fences, f)
 }
 
 // Unlock releases one hold. The last one frees the lock and wakes a waiter. When the handle
@@ -334,7 +375,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		// instead of being renewed, so Redis frees it by its lease at the latest. The counts
 		// the scripts set come from the handle, so whatever Redis still counts is set right by
 		// the handle's next script, and the latch makes a late run of this request a no-op
-		// (see fence).
+		// (see fences).
 		l.holds = max(l.holds-1, 0)
 		if final && lease != nil {
 			lease.Lapse()
@@ -384,10 +425,7 @@ const (
 // instead of freeing it. When the script's outcome stays unknown, a hand-off it may have made
 // is taken back from the heir. Caller holds l.op.
 func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
-	if l.latch == "" {
-		l.latch = unlockLatchKey(l.name, l.c.newRequestID())
-		l.c.janitor.track(l, l.latch)
-	}
+	l.ensureLatch()
 	l.unlocks++
 	req := strconv.FormatUint(l.unlocks, 10)
 	keys := []string{l.name, l.channel, l.latch}
@@ -414,8 +452,7 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 			if h != nil && l.settleHandoff(ctx, h) {
 				return releasedFreed, nil // the release's effect is settled: the hold is gone
 			}
-			l.fence = latchFence{key: l.latch, n: strconv.FormatUint(l.unlocks, 10)}
-			l.c.janitor.pin(l.latch)
+			l.addFence(latchFence{key: l.latch, n: strconv.FormatUint(l.unlocks, 10)})
 			return 0, fmt.Errorf("dsync: unlock %q: %w: %w", l.name, errOutcomeUnknown, err)
 		}
 		l.c.log.Debug("unlock reply lost; retrying with the same request ID",
@@ -461,7 +498,7 @@ func (l *Lock) settleHandoff(ctx context.Context, h *heir) bool {
 	}
 	l.c.log.Warn("hand-off outcome unknown and not settled; the lock may stay held until its lease runs out",
 		zap.String("lock", l.name), zap.String("owner", l.owner), zap.String("heir", h.l.owner), zap.Error(err))
-	h.l.fence = latchFence{key: l.latch, n: n}
+	h.l.addFence(latchFence{key: l.latch, n: n})
 	return false
 }
 

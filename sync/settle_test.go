@@ -34,8 +34,8 @@ func TestLateSettleKeepsHoldTakenSince(t *testing.T) {
 		if !errors.Is(uerr, errOutcomeUnknown) {
 			t.Fatalf("Unlock: %v, want an unknown outcome", uerr)
 		}
-		t.Logf("held back: %d requests (release runs + settle); l.fence=%v", p.holding(), l.fence)
-		if l.fence.key == "" {
+		t.Logf("held back: %d requests (release runs + settle); l.fences=%v", p.holding(), l.fences)
+		if len(l.fences) == 0 {
 			t.Fatal("precondition: the settle got through")
 		}
 		// The heir, told "not handed", takes the lock itself once l's lapsed lease runs out.
@@ -75,8 +75,8 @@ func TestLateSettleKeepsReleasersNewHold(t *testing.T) {
 		p.arm(l.Owner(), true)
 		uerr := l.Unlock(ctx)
 		p.disarm()
-		if !errors.Is(uerr, errOutcomeUnknown) || l.fence.key == "" {
-			t.Fatalf("Unlock: %v (fence %v), want an unknown outcome with the settle lost", uerr, l.fence)
+		if !errors.Is(uerr, errOutcomeUnknown) || len(l.fences) == 0 {
+			t.Fatalf("Unlock: %v (fence %v), want an unknown outcome with the settle lost", uerr, l.fences)
 		}
 		await(t, hDone, "heir gave up")
 		lockAfterOutage(t, ctx, l) // adopts its own field; raises the mark past the failed release
@@ -113,8 +113,8 @@ func TestSettledHandoffDoesNotReportLost(t *testing.T) {
 		}()
 		settled(t, c, name, 1)
 		// The release's runs are held back; the settlement gets through.
-		if err := unlockHeldBack(t, p, l, string(handoffMarker(h))); err != nil || l.fence.key != "" {
-			t.Fatalf("Unlock with its hand-off settled: %v (fence %v), want nil", err, l.fence)
+		if err := unlockHeldBack(t, p, l, string(handoffMarker(h))); err != nil || len(l.fences) > 0 {
+			t.Fatalf("Unlock with its hand-off settled: %v (fence %v), want nil", err, l.fences)
 		}
 		await(t, hDone, "heir done")
 		if ok, _ := h.IsHeld(ctx); ok {

@@ -48,7 +48,7 @@ func TestLateRunCannotFreeHoldOfJoinedUnsureHandle(t *testing.T) {
 		must(t, h.Unlock(ctx)) // warm up: scripts cached, so a held EVALSHA runs when delivered
 		must(t, h.Lock(ctx))
 		failUnlockHeldBack(t, p, h, "PUBLISH")
-		if h.fence.key == "" {
+		if len(h.fences) == 0 {
 			t.Fatal("precondition: handle not marked unsure after the failed Unlock")
 		}
 		// h's hold lapses with its lease; free it now rather than wait.
@@ -68,7 +68,7 @@ func TestLateRunCannotFreeHoldOfJoinedUnsureHandle(t *testing.T) {
 		p.release() // the failed Unlock's runs reach Redis at last
 
 		if held, err := h.IsHeld(ctx); err != nil || !held {
-			t.Errorf("a late run of h's failed Unlock freed the hold h was handed since (IsHeld %v, %v; h.fence %v)", held, err, h.fence)
+			t.Errorf("a late run of h's failed Unlock freed the hold h was handed since (IsHeld %v, %v; h.fences %v)", held, err, h.fences)
 		}
 		if ok, err := other.Lock(name).TryLock(ctx); err != nil || ok {
 			t.Errorf("another Client took the lock while h holds it (TryLock %v, %v)", ok, err)

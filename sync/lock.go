@@ -271,31 +271,41 @@ func (l *Lock) leaseTTL() time.Duration {
 // it. Like the attempt, it is awaited whatever ctx does. Caller holds l.op.
 func (l *Lock) undo(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
+	sent := time.Now()
+	var n int64
+	req, err := l.fencedRequest(ctx, func(req string) (err error) {
+		n, err = lua.LockUndo.Exec(ctx, l.c.rdb, []string{l.name, l.channel, l.latch},
+			[]string{l.owner, strconv.Itoa(l.holds), l.leaseMs, l.c.publishCmd, "0", req, unlockLatchMs}).AsInt64()
+		return err
+	})
+	if err != nil {
+		l.c.log.Warn("acquire reply lost and undo failed; the lock may stay held until its lease runs out",
+			zap.String("lock", l.name), zap.String("owner", l.owner), zap.Error(err))
+		l.addFence(latchFence{key: l.latch, n: req})
+		return
+	}
+	if n == 1 && l.holds > 0 && l.lease != nil {
+		l.lease.Reset(sent, l.leaseTTL(), l.leaseD == 0) // the undo set the TTL back to our lease
+	}
+}
+
+// fencedRequest numbers the handle's next request on its latch and runs it, retrying a
+// lost reply as the same request (the latch makes a repeat a no-op) within the unlock's
+// attempts. It returns the request number and the last error. Caller holds l.op.
+func (l *Lock) fencedRequest(ctx context.Context, run func(req string) error) (string, error) {
 	l.ensureLatch()
 	l.unlocks++
 	req := strconv.FormatUint(l.unlocks, 10)
-	keys := []string{l.name, l.channel, l.latch}
-	args := []string{l.owner, strconv.Itoa(l.holds), l.leaseMs, l.c.publishCmd, "0", req, unlockLatchMs}
-	sent := time.Now()
-	backoff := unlockBackoff
 	var err error
+	backoff := unlockBackoff
 	for attempt := 1; attempt <= unlockAttempts; attempt++ {
-		var n int64
-		if n, err = lua.LockUndo.Exec(ctx, l.c.rdb, keys, args).AsInt64(); err == nil {
-			if n == 1 && l.holds > 0 && l.lease != nil {
-				l.lease.Reset(sent, l.leaseTTL(), l.leaseD == 0) // the undo set the TTL back to our lease
-			}
-			return
-		}
-		if errors.Is(err, rueidis.ErrClosing) {
+		if err = run(req); err == nil || errors.Is(err, rueidis.ErrClosing) {
 			break
 		}
 		time.Sleep(backoff)
 		backoff *= 2
 	}
-	l.c.log.Warn("acquire reply lost and undo failed; the lock may stay held until its lease runs out",
-		zap.String("lock", l.name), zap.String("owner", l.owner), zap.Error(err))
-	l.addFence(latchFence{key: l.latch, n: req})
+	return req, err
 }
 
 // ensureLatch makes the handle's latch key at its first use. Caller holds l.op.
@@ -480,21 +490,12 @@ type latchFence struct {
 // When it did not, both handles carry a fence past it: their next acquire raises l's mark so
 // that neither the release nor the settlement can act later. Caller holds l.op and h's op.
 func (l *Lock) settleHandoff(ctx context.Context, h *heir) bool {
-	l.unlocks++
-	n := strconv.FormatUint(l.unlocks, 10)
-	keys := []string{l.name, l.channel, l.latch}
-	args := []string{l.owner, n, unlockLatchMs, h.l.owner, l.c.publishCmd, "0"}
-	var err error
-	backoff := unlockBackoff
-	for attempt := 1; attempt <= unlockAttempts; attempt++ {
-		if err = lua.LockSettleHandoff.Exec(ctx, l.c.rdb, keys, args).Error(); err == nil {
-			return true
-		}
-		if errors.Is(err, rueidis.ErrClosing) {
-			break
-		}
-		time.Sleep(backoff)
-		backoff *= 2
+	n, err := l.fencedRequest(ctx, func(req string) error {
+		return lua.LockSettleHandoff.Exec(ctx, l.c.rdb, []string{l.name, l.channel, l.latch},
+			[]string{l.owner, req, unlockLatchMs, h.l.owner, l.c.publishCmd, "0"}).Error()
+	})
+	if err == nil {
+		return true
 	}
 	l.c.log.Warn("hand-off outcome unknown and not settled; the lock may stay held until its lease runs out",
 		zap.String("lock", l.name), zap.String("owner", l.owner), zap.String("heir", h.l.owner), zap.Error(err))

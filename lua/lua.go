@@ -60,10 +60,10 @@ var (
 	// unlock: a repeat or a late run changes nothing.
 	LockUndo = rueidis.NewLuaScript(lockUndo)
 
-	// LockSettleHandoff ends a hand-off whose outcome stayed unknown: a request of the
-	// releaser's, fenced by its latch like an unlock, that deletes whichever of releaser and
-	// heir holds the lock and publishes: KEYS [lock, channel, releaser's latch], ARGV
-	// [releaser, requestNumber, latchMs, heir, publishCmd, message]. It replies 1 if it
-	// deleted a hold; a repeat or stale run changes nothing.
+	// LockSettleHandoff completes a hand-off whose outcome stayed unknown: a request of the
+	// releaser's, fenced by its latch like an unlock, that passes the releaser's hold to the
+	// heir if the release never ran: KEYS [lock, releaser's latch], ARGV [releaser,
+	// requestNumber, latchMs, heirLeaseMs, heir]. It replies 1 when the heir holds the lock,
+	// 0 when neither held it; a repeat or stale run changes nothing.
 	LockSettleHandoff = rueidis.NewLuaScript(lockSettleHandoff)
 )

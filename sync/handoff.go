@@ -18,11 +18,28 @@ import (
 // the woken waiter's attempt: three scripts and two round trips. The lock is never free in
 // between, so nothing is published and Redisson's layout is all that Redis ever holds.
 //
+// The heir does not wait for that round trip: it is told it holds the lock when the release
+// is sent, as a cohort lock passes its global lock between the threads of one node. Until
+// Redis has recorded the hand-off, the lock is held for this Client under the releaser's
+// field, so the heir's hold rests on the releaser's lease, which the releaser knows to run
+// for a while yet (handoffMinLeft): nobody else can take the lock in between, and the
+// releaser is done with it. The heir's lease is timed to end with the releaser's until the
+// reply confirms the hand-off; the heir's handle stays busy (its op lock held by the
+// releaser) until then, so its next Unlock, re-entry or IsHeld comes after the hand-off in
+// Redis. If Redis does not record the hand-off — the lock was gone before the release, Redis
+// refused the script, or the outcome stays unknown and cannot be settled — the heir's lease is
+// reported lost at once, as any lease found lost.
+//
 // A Client that always handed its lock on would keep it from other Clients and from Java
 // processes for as long as it had local waiters: their waiters are only woken by a release
 // message. So a run of consecutive hand-offs is capped (WithLocalHandoff); the release that
 // ends a run frees the lock and publishes, and every Client's waiters race for it as they
 // would without hand-off.
+
+// handoffMinLeft is how much of its lease a releaser must have left to hand the lock on: the
+// heir's hold rests on that lease until Redis has recorded the hand-off, one round trip
+// later. A lease closer to its end is released and published instead.
+const handoffMinLeft = 50 * time.Millisecond
 
 // An heir is one waiting acquisition of a Lock that a releasing handle may hand the lock to.
 // It is also the acquisition's attempt (see attempter), so that waiting costs one allocation.
@@ -31,19 +48,19 @@ type heir struct {
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
 
-	// state is heirParked while the heir waits and nobody acts for it; the releaser moves it
-	// to heirReserved, the heir itself to every other state.
+	// state is heirParked while the heir waits and nobody acts for it; a releaser moves it
+	// to heirHanded, the heir itself to every other state.
 	state atomic.Int32
-	// handed carries the outcome of a reservation, exactly one per reservation: true when the
-	// release script handed the lock over and the handle's state already says it holds it.
-	handed chan bool
+	// handed is signalled once a releaser that moved the heir to heirHanded has recorded the
+	// hold in the heir's handle: the acquisition has succeeded.
+	handed chan struct{}
 }
 
 const (
-	heirParked   int32 = iota // waiting: may be reserved
-	heirBusy                  // making its own attempt: must not be reserved
-	heirReserved              // a release that may hand it the lock is under way
-	heirGone                  // done waiting
+	heirParked int32 = iota // waiting: may be handed the lock
+	heirBusy                // making its own attempt: must not be handed the lock
+	heirHanded              // a releaser is handing it the lock
+	heirGone                // done waiting
 )
 
 // attempt makes one acquire attempt for the heir's handle.
@@ -58,7 +75,7 @@ type heirs struct {
 }
 
 func (q *heirs) add(name string, h *heir) {
-	h.handed = make(chan bool, 1)
+	h.handed = make(chan struct{}, 1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.queue == nil {
@@ -85,11 +102,11 @@ func (q *heirs) remove(name string, h *heir) {
 }
 
 // reserve picks the longest-waiting heir of name that is parked and whose handle is idle,
-// holds nothing and has no unlock of unknown outcome behind it, and reserves it: the heir makes no attempt of its own until the reservation
-// ends, and its handle's op lock is held, so that the handle's idea of its holds changes in
-// the order Redis applies them. The caller must end the reservation with handOver. Only
-// TryLock is used on other handles' op locks, so a releaser (which holds its own) can never
-// deadlock with another.
+// holds nothing and has no request of unknown outcome behind it, and moves it to
+// heirHanded: the heir makes no attempt of its own from then on, and its handle's op lock is
+// held, so that the handle's idea of its holds changes in the order Redis applies them. The
+// caller must go on with handTo. Only TryLock is used on other handles' op locks, so a
+// releaser (which holds its own) can never deadlock with another.
 func (q *heirs) reserve(name string) *heir {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -99,7 +116,7 @@ func (q *heirs) reserve(name string) *heir {
 		}
 		// A handle with a fence (requests of unknown outcome that could still reach Redis)
 		// must take its next hold through its own acquire script, which raises the fence.
-		if h.l.holds == 0 && len(h.l.fences) == 0 && h.state.CompareAndSwap(heirParked, heirReserved) {
+		if h.l.holds == 0 && len(h.l.fences) == 0 && h.state.CompareAndSwap(heirParked, heirHanded) {
 			return h
 		}
 		h.l.op.Unlock()
@@ -107,17 +124,16 @@ func (q *heirs) reserve(name string) *heir {
 	return nil
 }
 
-// leave ends the heir's wait. If a reservation is under way it waits for its outcome (the
-// release is bounded by the unlock's retry budget) and reports whether the lock was handed
-// over, in which case the caller holds it.
+// leave ends the heir's wait and reports whether a releaser handed it the lock meanwhile, in
+// which case the caller holds it.
 func (h *heir) leave() bool {
 	if h.state.CompareAndSwap(heirParked, heirGone) {
 		return false
 	}
-	if h.state.Load() == heirReserved {
-		handed := <-h.handed
+	if h.state.Load() == heirHanded {
+		<-h.handed
 		h.state.Store(heirGone)
-		return handed
+		return true
 	}
 	h.state.Store(heirGone)
 	return false

@@ -351,8 +351,8 @@ func TestHandoffDoesNotStarveOtherClients(t *testing.T) {
 }
 
 // A hand-off whose reply is lost is retried with the same request ID and reported as done:
-// the releaser has let go, the heir holds the lock once — even when the heir's context
-// ended while the release was retrying, since the lock was already its.
+// the releaser has let go, the heir holds the lock once — even when the heir's context ends
+// while the release is retrying, since the lock was already its.
 func TestHandoffReplyLost(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
@@ -456,5 +456,69 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 			t.Fatalf("latch %q (%v), want the mark raised to 3", v, err)
 		}
 		must(t, unsure.Unlock(ctx))
+	})
+}
+
+// A hand-off of a lock that is already gone from Redis (deleted behind the holder's back,
+// without a message) hands over nothing: the releaser's Unlock reports the loss, and the
+// heir — told it held the lock when the release was sent — has its lease reported lost by
+// the time that Unlock returns, and its own Unlock reports the loss too. The lock is free.
+func TestHandoffOfLostLockLosesHeir(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "handoff-lost"
+		c, rdb := newClient(t, b.Addr)
+		other, _ := newClient(t, b.Addr)
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx))
+		hDone := startLock(ctx, h)
+		settled(t, c, name, 1)
+		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
+
+		if err := l.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("releaser's Unlock: %v, want ErrLockLost", err)
+		}
+		await(t, hDone, "heir handed the lock")
+		if !isClosed(h.Lost()) {
+			t.Fatal("heir's lease not reported lost after a hand-off that Redis did not record")
+		}
+		if err := h.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("heir's Unlock: %v, want ErrLockLost", err)
+		}
+		if ok, err := other.Lock(name).TryLock(ctx); err != nil || !ok {
+			t.Fatalf("another Client cannot take the free lock (TryLock %v, %v)", ok, err)
+		}
+	})
+}
+
+// A releaser whose lease is close to its end does not hand the lock on (the heir's hold would
+// rest on that lease until Redis records the hand-off): it frees the lock and publishes, and
+// the waiter takes it by its own attempt.
+func TestNoHandoffNearLeaseEnd(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "handoff-near-end"
+		c, rdb := newClient(t, b.Addr)
+		sub := rawSubscribe(t, ctx, rdb, lockChannel(name))
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx, Lease(time.Minute)))
+		hDone := startLock(ctx, h)
+		settled(t, c, name, 1)
+		sub.published(t, ctx)
+		// As far as the handle knows, the lease ends in less than handoffMinLeft (Redis still
+		// gives it a minute: only the handle's knowledge decides).
+		l.op.Lock()
+		l.lease.Reset(time.Now().Add(-time.Minute+handoffMinLeft/2), time.Minute, false)
+		l.op.Unlock()
+
+		must(t, l.Unlock(ctx))
+		await(t, hDone, "waiter took the lock")
+		if got := sub.published(t, ctx); len(got) != 1 {
+			t.Fatalf("release published %q: want a free (one message), not a hand-off", got)
+		}
+		if n, err := h.HoldCount(ctx); n != 1 || err != nil {
+			t.Fatalf("waiter's hold count %d (%v), want 1", n, err)
+		}
+		must(t, h.Unlock(ctx))
 	})
 }

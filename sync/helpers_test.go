@@ -74,3 +74,13 @@ func closed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// isClosed reports whether c is closed (nil never is).
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

@@ -359,15 +359,23 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			<-round
 		}
 	}
-	// A final release may hand the lock to a local waiter instead of freeing it.
+	// A final release may hand the lock to a local waiter instead of freeing it: one that
+	// holds the lock once, knows its hold is live (no request of unknown outcome behind it)
+	// and has enough lease left to carry the heir until Redis records the hand-off.
 	var h *heir
-	if l.holds == 1 && l.run < l.c.maxHandoff && !l.c.isClosed() {
-		h = l.c.heirs.reserve(l.name)
+	var until time.Time
+	if l.holds == 1 && l.run < l.c.maxHandoff && len(l.fences) == 0 && lease != nil && !l.c.isClosed() {
+		if d, ok := lease.Deadline(); ok && time.Until(d) > handoffMinLeft {
+			h, until = l.c.heirs.reserve(l.name), d
+		}
 	}
 	sent := time.Now()
+	if h != nil {
+		l.handTo(h, sent, until)
+	}
 	outcome, err := l.release(context.WithoutCancel(ctx), h)
 	if h != nil {
-		l.handOver(h, outcome == releasedHanded, sent)
+		l.confirmHandoff(h, outcome, err, sent)
 	}
 	switch {
 	case errors.Is(err, ErrNotHeld):
@@ -431,9 +439,9 @@ const (
 )
 
 // release runs the release script, retrying lost replies as the same request, and reports
-// what it did. With an heir (reserved by the caller) the script hands the lock over
-// instead of freeing it. When the script's outcome stays unknown, a hand-off it may have made
-// is taken back from the heir. Caller holds l.op.
+// what it did. With an heir (handed the lock by the caller) the script hands the lock over
+// instead of freeing it; when its outcome stays unknown, the hand-off is settled. Caller
+// holds l.op.
 func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 	l.ensureLatch()
 	l.unlocks++
@@ -459,8 +467,13 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 				return 0, fmt.Errorf("dsync: unlock %q: %w", l.name, err)
 			}
 			// A run whose reply was lost may have acted, or may still.
-			if h != nil && l.settleHandoff(ctx, h) {
-				return releasedFreed, nil // the release's effect is settled: the hold is gone
+			if h != nil {
+				if handed, ok := l.settleHandoff(ctx, h); ok {
+					if handed {
+						return releasedHanded, nil
+					}
+					return 0, fmt.Errorf("%w: lock %q, owner %s", ErrNotHeld, l.name, l.owner)
+				}
 			}
 			l.addFence(latchFence{key: l.latch, n: strconv.FormatUint(l.unlocks, 10)})
 			return 0, fmt.Errorf("dsync: unlock %q: %w: %w", l.name, errOutcomeUnknown, err)
@@ -483,36 +496,75 @@ type latchFence struct {
 	n   string // the request number to raise its mark to
 }
 
-// settleHandoff ends a hand-off release whose outcome stayed unknown, while h is still
-// reserved: a request of its own (lua.LockSettleHandoff), fenced by l's latch like an unlock
-// and retried like one, takes the lock from whichever of l and h the release left holding
-// it, and makes any late run of the release a no-op. It reports whether it got through.
-// When it did not, both handles carry a fence past it: their next acquire raises l's mark so
-// that neither the release nor the settlement can act later. Caller holds l.op and h's op.
-func (l *Lock) settleHandoff(ctx context.Context, h *heir) bool {
-	n, err := l.fencedRequest(ctx, func(req string) error {
-		return lua.LockSettleHandoff.Exec(ctx, l.c.rdb, []string{l.name, l.channel, l.latch},
-			[]string{l.owner, req, unlockLatchMs, h.l.owner, l.c.publishCmd, "0"}).Error()
+// settleHandoff completes a hand-off release whose outcome stayed unknown, while h's
+// handle is still held: a request of its own (lua.LockSettleHandoff), fenced by l's latch
+// like an unlock and retried like one, passes the lock to h if the release never ran, and
+// makes any late run of the release a no-op. It reports whether h holds the lock, and
+// whether the settlement got through at all. When it did not, the caller fences l past it (l's
+// next acquire raises its mark, so that neither the release nor the settlement, reaching
+// Redis late, can take the hold l takes then). h needs no fence: neither script ever takes a
+// hold from h. Caller holds l.op and h's op.
+func (l *Lock) settleHandoff(ctx context.Context, h *heir) (handed, ok bool) {
+	var v int64
+	_, err := l.fencedRequest(ctx, func(req string) (err error) {
+		v, err = lua.LockSettleHandoff.Exec(ctx, l.c.rdb, []string{l.name, l.latch},
+			[]string{l.owner, req, unlockLatchMs, h.leaseMs, h.l.owner}).AsInt64()
+		return err
 	})
 	if err == nil {
-		return true
+		return v == 1, true
 	}
 	l.c.log.Warn("hand-off outcome unknown and not settled; the lock may stay held until its lease runs out",
 		zap.String("lock", l.name), zap.String("owner", l.owner), zap.String("heir", h.l.owner), zap.Error(err))
-	h.l.addFence(latchFence{key: l.latch, n: n})
-	return false
+	return false, false
 }
 
-// handOver ends the reservation of h: when the release handed it the lock, h's handle
-// records the hold (and its lease is kept or timed) before h is told. Caller holds l.op;
-// h's op is held by the reservation.
-func (l *Lock) handOver(h *heir, handed bool, sent time.Time) {
-	if handed {
-		h.l.acquired(sent, h.lease, h.leaseMs)
-		h.l.run = l.run + 1
+// handTo gives h's handle the lock as the release that hands it over is sent: the hold is
+// recorded, timed to end with the releaser's lease (until) or the heir's own, whichever
+// comes first, and h is told. h's op stays held until confirmHandoff. Caller holds l.op; h
+// was reserved.
+func (l *Lock) handTo(h *heir, sent, until time.Time) {
+	hl := h.l
+	hl.holds, hl.run = 1, l.run+1
+	hl.leaseMs, hl.leaseD = h.leaseMs, h.lease
+	if h.lease > 0 {
+		until = minTime(until, sent.Add(h.lease))
 	}
-	h.l.op.Unlock()
-	h.handed <- handed
+	now := time.Now()
+	// Timed, not kept: nothing in Redis is the heir's to renew yet. The heir's old lease is
+	// stopped or lapsing (it held nothing), so Reset makes it a timed one.
+	if hl.lease == nil || !hl.lease.Reset(now, until.Sub(now), false) {
+		hl.lease = l.c.wd.Watch(hl.name, hl.owner, now, until.Sub(now))
+		hl.mu.Lock()
+		hl.lost = hl.lease.Lost()
+		hl.mu.Unlock()
+	}
+	h.handed <- struct{}{}
+}
+
+// confirmHandoff ends a hand-off by what Redis did: when it recorded the heir's hold, the
+// heir's lease becomes the one the release set (kept by the watchdog, or timed); otherwise
+// the heir's hold is lost. Then h's handle is free for the heir's next request. Caller holds
+// l.op and h's op.
+func (l *Lock) confirmHandoff(h *heir, outcome int64, err error, sent time.Time) {
+	hl := h.l
+	switch {
+	case err == nil && outcome == releasedHanded:
+		hl.lease.Reset(sent, h.lease, h.lease == 0)
+	case err == nil:
+		// Not reached: a release naming an heir hands over or finds the lock not held.
+		hl.lease.Lose("hand-off not recorded")
+	default:
+		hl.lease.Lose("hand-off not recorded: " + err.Error())
+	}
+	hl.op.Unlock()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func isRedisErr(err error) bool {
@@ -547,11 +599,14 @@ func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// IsHeld reports whether this handle holds the lock, as Redis sees it.
+// IsHeld reports whether this handle holds the lock, as Redis sees it. It waits for a local
+// hand-off to the handle still on its way to Redis.
 func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, nil); err != nil {
 		return false, err
 	}
+	l.op.Lock()
+	defer l.op.Unlock()
 	ok, err := l.c.rdb.Do(ctx, l.c.rdb.B().Hexists().Key(l.name).Field(l.owner).Build()).AsBool()
 	if err != nil {
 		return false, fmt.Errorf("dsync: lock %q: %w", l.name, err)
@@ -560,10 +615,13 @@ func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
 }
 
 // HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none).
+// It waits for a local hand-off to the handle still on its way to Redis.
 func (l *Lock) HoldCount(ctx context.Context) (int, error) {
 	if err := l.check(ctx, nil); err != nil {
 		return 0, err
 	}
+	l.op.Lock()
+	defer l.op.Unlock()
 	n, err := l.c.rdb.Do(ctx, l.c.rdb.B().Hget().Key(l.name).Field(l.owner).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil

@@ -519,10 +519,10 @@ func warmScripts(t *testing.T, ctx context.Context, c *Client) {
 	if err := mu.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The hand-off settlement too (on keys of its own; it finds nothing to delete).
+	// The hand-off settlement too (on keys of its own; it finds nothing to pass on).
 	if err := lua.LockSettleHandoff.Exec(ctx, c.rdb,
-		[]string{"warm-settle", lockChannel("warm-settle"), "warm-settle-latch"},
-		[]string{"x", "1", "1000", "y", c.publishCmd, "0"}).Error(); err != nil {
+		[]string{"warm-settle", "warm-settle-latch"},
+		[]string{"x", "1", "1000", "y", "1000"}).Error(); err != nil {
 		t.Fatal(err)
 	}
 	c.rdb.Do(ctx, c.rdb.B().Del().Key("warm-settle-latch").Build())

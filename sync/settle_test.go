@@ -8,12 +8,15 @@ import (
 	"github.com/latchkey/latchkey/internal/redistest"
 )
 
-// A settlement of a hand-off can itself be lost on the network that lost the release. The
-// heir, told "not handed", then takes the lock by its own acquire, which raises the
-// releaser's latch mark past the settlement; when the release and settlement runs reach Redis
-// at last, they change nothing — they must not delete the hold the heir took since. (This
-// also needs the releaser's latch to survive the releaser's handle being collected: a latch
-// guarding requests of unknown outcome is pinned until its PX.)
+// The heir of a local hand-off holds the lock as soon as the release is sent: its Lock
+// returns while the release has not reached Redis, where the releaser's field still holds the
+// lock for this Client. When the hand-off's outcome then stays unknown (the release and the
+// settlement both lost), the heir's lease is reported lost before the releaser's Unlock
+// returns. The heir, told so, unlocks (nothing of its own is in Redis) and takes the lock
+// again once the releaser's lapsed lease runs out; when the release and the settlement reach
+// Redis at last they change nothing — they must not delete or move the hold taken since.
+// (This also needs the releaser's latch to survive the releaser's handle being collected: a
+// latch guarding requests of unknown outcome is pinned until its PX.)
 func TestLateSettleKeepsHoldTakenSince(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
@@ -21,6 +24,7 @@ func TestLateSettleKeepsHoldTakenSince(t *testing.T) {
 		p := newHoldProxy(t, b.Addr)
 		c, _ := newClient(t, p.addr(), WithWatchdogTimeout(time.Second))
 		other, _ := newClient(t, b.Addr)
+		admin := b.Client(t)
 		warmScripts(t, ctx, c) // so that held EVALSHAs run when delivered
 
 		l, h := c.Lock(name), c.Lock(name)
@@ -28,33 +32,48 @@ func TestLateSettleKeepsHoldTakenSince(t *testing.T) {
 		hDone := startLock(ctx, h)
 		settled(t, c, name, 1)
 
-		p.arm(l.Owner(), true) // every run of l's hand-off release, and the settle after them
-		uerr := l.Unlock(ctx)
+		p.arm(l.Owner(), true) // every run of l's hand-off release, and the settlement after them
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		await(t, hDone, "heir handed the lock")
+		// Nothing of l's can have reached Redis while the proxy holds it back.
+		if n := mustInt(t, admin.Do(ctx, admin.B().Hget().Key(name).Field(l.Owner()).Build())); n != 1 {
+			t.Fatalf("releaser's count %d in Redis when the heir's Lock returned, want 1 (the release not yet run)", n)
+		}
+		uerr := <-unlocked
 		p.disarm()
 		if !errors.Is(uerr, errOutcomeUnknown) {
 			t.Fatalf("Unlock: %v, want an unknown outcome", uerr)
 		}
-		t.Logf("held back: %d requests (release runs + settle); l.fences=%v", p.holding(), l.fences)
+		t.Logf("held back: %d requests (release runs + settlement); l.fences=%v", p.holding(), l.fences)
 		if len(l.fences) == 0 {
-			t.Fatal("precondition: the settle got through")
+			t.Fatal("precondition: the settlement got through")
 		}
-		// The heir, told "not handed", takes the lock itself once l's lapsed lease runs out.
-		await(t, hDone, "heir took the lock by its own acquire")
+		if !isClosed(h.Lost()) {
+			t.Fatal("the heir's lease was not reported lost when its hand-off could not be confirmed")
+		}
+		if err := h.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("heir's Unlock: %v, want ErrLockLost", err)
+		}
+		// The heir takes the lock itself once l's lapsed lease runs out.
+		lockAfterOutage(t, ctx, h)
 
-		p.release() // the release runs, then the settle, reach Redis late
+		p.release() // the release runs, then the settlement, reach Redis late
 
 		if held, err := h.IsHeld(ctx); err != nil || !held {
-			t.Errorf("a late run of the settle script deleted the hold the heir took since (IsHeld %v, %v; h.holds %d)",
+			t.Errorf("a late run deleted or moved the hold the heir took since (IsHeld %v, %v; h.holds %d)",
 				held, err, h.holds)
 		}
 		if ok, err := other.Lock(name).TryLock(ctx); err != nil || ok {
 			t.Errorf("another Client took the lock while the heir believes it holds it (TryLock %v, %v)", ok, err)
 		}
+		must(t, h.Unlock(ctx))
 	})
 }
 
 // The releaser's variant: its next acquire raises its latch mark past the failed release and
-// the settlement, so that neither, reaching Redis late, deletes the releaser's new hold.
+// the settlement, so that neither, reaching Redis late, hands the releaser's new hold to the
+// heir.
 func TestLateSettleKeepsReleasersNewHold(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
@@ -65,26 +84,28 @@ func TestLateSettleKeepsReleasersNewHold(t *testing.T) {
 		warmScripts(t, ctx, c)
 		l, h := c.Lock(name), c.Lock(name)
 		must(t, l.Lock(ctx))
-		hDone := make(chan error, 1)
-		go func() {
-			_, err := h.TryLock(ctx, WaitTime(300*time.Millisecond))
-			hDone <- err
-		}()
+		hDone := startLock(ctx, h)
 		settled(t, c, name, 1)
 
 		p.arm(l.Owner(), true)
 		uerr := l.Unlock(ctx)
 		p.disarm()
 		if !errors.Is(uerr, errOutcomeUnknown) || len(l.fences) == 0 {
-			t.Fatalf("Unlock: %v (fence %v), want an unknown outcome with the settle lost", uerr, l.fences)
+			t.Fatalf("Unlock: %v (fence %v), want an unknown outcome with the settlement lost", uerr, l.fences)
 		}
-		await(t, hDone, "heir gave up")
-		lockAfterOutage(t, ctx, l) // adopts its own field; raises the mark past the failed release
+		await(t, hDone, "heir handed the lock")
+		if !isClosed(h.Lost()) {
+			t.Fatal("the heir's lease was not reported lost")
+		}
+		lockAfterOutage(t, ctx, l) // adopts its own field; raises the mark past the failed requests
 
 		p.release()
 
 		if held, err := l.IsHeld(ctx); err != nil || !held {
-			t.Errorf("a late run of the settle deleted the releaser's new hold (IsHeld %v, %v; l.holds %d)", held, err, l.holds)
+			t.Errorf("a late run took the releaser's new hold (IsHeld %v, %v; l.holds %d)", held, err, l.holds)
+		}
+		if held, err := h.IsHeld(ctx); err != nil || held {
+			t.Errorf("a late run handed the releaser's new hold to the heir (IsHeld %v, %v)", held, err)
 		}
 		if ok, err := other.Lock(name).TryLock(ctx); err != nil || ok {
 			t.Errorf("another Client took the lock while the releaser believes it holds it (TryLock %v, %v)", ok, err)
@@ -92,38 +113,115 @@ func TestLateSettleKeepsReleasersNewHold(t *testing.T) {
 	})
 }
 
-// After a settlement that got through, the releaser's hold is known to be gone (the
-// settlement deleted it, or found it gone): Unlock succeeds and its lease stays stopped, so
-// Lost does not report a hold "lost while held" that the caller gave up and Redis no longer
-// has.
-func TestSettledHandoffDoesNotReportLost(t *testing.T) {
+// A settlement that gets through completes the hand-off: the release never ran, so it passes
+// the releaser's hold to the heir. Unlock succeeds; the heir keeps its hold, now kept by the
+// watchdog, and neither lease is reported lost. The release's runs, reaching Redis after the
+// settlement, change nothing.
+func TestSettledHandoffKeepsHeirsHold(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
-		const name = "settled-lost"
+		const name = "settled-kept"
 		const wd = 600 * time.Millisecond
 		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr(), WithWatchdogTimeout(wd))
+		c, rdb := newClient(t, p.addr(), WithWatchdogTimeout(wd))
 		warmScripts(t, ctx, c)
 		l, h := c.Lock(name), c.Lock(name)
 		must(t, l.Lock(ctx))
-		hDone := make(chan error, 1)
-		go func() {
-			_, err := h.TryLock(ctx, WaitTime(100*time.Millisecond))
-			hDone <- err
-		}()
+		hDone := startLock(ctx, h)
 		settled(t, c, name, 1)
 		// The release's runs are held back; the settlement gets through.
 		if err := unlockHeldBack(t, p, l, string(handoffMarker(h))); err != nil || len(l.fences) > 0 {
 			t.Fatalf("Unlock with its hand-off settled: %v (fence %v), want nil", err, l.fences)
 		}
-		await(t, hDone, "heir done")
-		if ok, _ := h.IsHeld(ctx); ok {
-			must(t, h.Unlock(ctx))
+		await(t, hDone, "heir handed the lock")
+		if n, err := h.HoldCount(ctx); n != 1 || err != nil {
+			t.Fatalf("heir's hold count %d (%v), want 1", n, err)
 		}
+		p.release() // the release's runs, after the settlement: no-ops
+		// Both backends expire keys in real time: the heir's lease must be renewed across
+		// several leases.
+		time.Sleep(3 * wd)
+		if isClosed(h.Lost()) || isClosed(l.Lost()) {
+			t.Fatalf("a lease reported lost after a settled hand-off (heir %v, releaser %v)", isClosed(h.Lost()), isClosed(l.Lost()))
+		}
+		if n, err := h.HoldCount(ctx); n != 1 || err != nil {
+			t.Fatalf("heir's hold count %d (%v) after the late release runs, want 1", n, err)
+		}
+		must(t, h.Unlock(ctx))
+		if exists(t, rdb, name) {
+			t.Fatal("lock alive after the heir's unlock")
+		}
+	})
+}
+
+// The heir's hold rests on the releaser's lease until Redis records the hand-off: while the
+// release is held up, the heir's lease runs out when the releaser's would (here set to end
+// soon), long before the release's retries and settlement give up.
+func TestHeirLeaseEndsWithReleasersUntilConfirmed(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "heir-rests-on-releaser"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr())
+		warmScripts(t, ctx, c)
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx, Lease(time.Minute)))
+		hDone := startLock(ctx, h)
+		settled(t, c, name, 1)
+		// As far as the releaser knows, its lease ends in 2×handoffMinLeft: well before the
+		// release's retries (20+40+80+160 ms of backoff) and the settlement's give up.
+		left := 2 * handoffMinLeft
+		l.op.Lock()
+		l.lease.Reset(time.Now().Add(-time.Minute+left), time.Minute, false)
+		l.op.Unlock()
+
+		p.arm(l.Owner(), true) // the release and the settlement
+		defer p.disarm()
+		unlocked := make(chan error, 1)
+		start := time.Now()
+		go func() { unlocked <- l.Unlock(ctx) }()
+		await(t, hDone, "heir handed the lock")
 		select {
-		case <-l.Lost():
-			t.Errorf("Lost closed for a hold the settle freed (the caller gave it up; Redis has nothing)")
-		case <-time.After(3 * wd):
+		case <-h.Lost():
+			if d := time.Since(start); d > left+300*time.Millisecond {
+				t.Fatalf("heir's lease lost after %v, want it to end with the releaser's (%v)", d, left)
+			}
+		case err := <-unlocked:
+			t.Fatalf("Unlock returned (%v) before the heir's lease, resting on the releaser's, ran out", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("heir's lease not lost while its hand-off stayed unconfirmed")
 		}
+		if err := <-unlocked; !errors.Is(err, errOutcomeUnknown) {
+			t.Fatalf("Unlock: %v, want an unknown outcome", err)
+		}
+		t.Logf("Unlock gave up after %v", time.Since(start))
+	})
+}
+
+// A heir's IsHeld right after its Lock returns waits for the hand-off to reach Redis, even
+// when the release's first run is lost and retried.
+func TestHeirSeesItsHoldAtOnce(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "heir-sees-hold"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr())
+		warmScripts(t, ctx, c)
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx))
+		hDone := startLock(ctx, h)
+		settled(t, c, name, 1)
+		p.arm(string(handoffMarker(h)), false) // the release's first run only
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		await(t, hDone, "heir handed the lock")
+		if held, err := h.IsHeld(ctx); err != nil || !held {
+			t.Fatalf("heir's IsHeld right after its Lock: %v, %v; want true", held, err)
+		}
+		if err := <-unlocked; err != nil {
+			t.Fatalf("releaser's Unlock: %v", err)
+		}
+		p.release() // the first run, late: a repeat, which changes nothing
+		must(t, h.Unlock(ctx))
 	})
 }

@@ -69,23 +69,22 @@ func hint(w *pubsub.Waiter, ttlMs int64) {
 // await alternates waiting on w and attempting. A wait ends at the first of: a wake-up from
 // the channel (a release message, or the subscription being confirmed, so nothing published
 // before the subscription is missed), the holder's TTL (a lost message costs latency, never
-// liveness), the deadline, ctx, Close — or, for an heir, the outcome of a release that
-// reserved it. A zero deadline waits without limit. ttl is the last attempt's reply
-// (negative: unknown); attempted says whether there was one, since a wait that reaches its
-// deadline makes one attempt if it had none.
+// liveness), the deadline, ctx, Close — or, for an heir, a release handing it the lock. A
+// zero deadline waits without limit. ttl is the last attempt's reply (negative: unknown);
+// attempted says whether there was one, since a wait that reaches its deadline makes one
+// attempt if it had none.
 //
-// An heir that a release has reserved waits for that release's outcome even when its wait
-// ends meanwhile: if the lock was handed over, the caller holds it and acquire succeeds, as a
-// semaphore in golang.org/x/sync does when it is granted as its context ends.
+// An heir handed the lock as its wait ends holds it, and acquire succeeds, as a semaphore in
+// golang.org/x/sync does when it is granted as its context ends.
 func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool, a attempter, h *heir) (bool, error) {
 	defer w.Close()
-	var handed <-chan bool
+	var handed <-chan struct{}
 	if h != nil {
 		c.heirs.add(h.l.name, h)
 		defer c.heirs.remove(h.l.name, h)
 		handed = h.handed
 	}
-	// quit ends the wait with err unless a reservation under way hands the lock over.
+	// quit ends the wait with err unless a release has handed the lock over meanwhile.
 	quit := func(err error) (bool, error) {
 		if h != nil && h.leave() {
 			return h.took(w)
@@ -104,32 +103,25 @@ func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time
 			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
-		woken, refused := false, false
+		woken := false
 		select {
 		case <-w.C():
 			woken = true
 		case <-timer.C:
-		case ok := <-handed:
-			if ok {
-				return h.took(w)
-			}
-			refused = true // a reservation ended without a hand-over: the lock may be free
+		case <-handed:
+			return h.took(w)
 		case <-ctx.Done():
 			return quit(ctx.Err())
 		case <-c.closed:
 			return quit(ErrClosed)
 		}
-		if h != nil {
-			if !refused && !h.state.CompareAndSwap(heirParked, heirBusy) {
-				// Reserved since the select: the release's outcome decides.
-				if <-h.handed {
-					if woken {
-						w.Requeue() // the wake-up was for someone else
-					}
-					return h.took(w)
-				}
+		if h != nil && !h.state.CompareAndSwap(heirParked, heirBusy) {
+			// Handed the lock since the select.
+			<-h.handed
+			if woken {
+				w.Requeue() // the wake-up was for someone else
 			}
-			h.state.Store(heirBusy)
+			return h.took(w)
 		}
 		var ok bool
 		var err error

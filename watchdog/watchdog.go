@@ -257,6 +257,24 @@ func (l *Lease) Lapse() {
 	}
 }
 
+// Deadline returns when the lock expires unless its TTL is set again, as last confirmed
+// (a stopped lease keeps it), and false if the lease is lost.
+func (l *Lease) Deadline() (time.Time, bool) {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.deadline, !l.isLost
+}
+
+// Lose reports the lease lost now: its holder learned by other means that the lock is not,
+// or may not be, held (a hand-off Redis did not record). It is a no-op on a lost lease.
+func (l *Lease) Lose(reason string) {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.loseLocked(l, reason)
+}
+
 // Close stops the watchdog. Leases it still had are reported lost: nothing keeps them any
 // more. Close is idempotent.
 func (w *Watchdog) Close() {

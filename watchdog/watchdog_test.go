@@ -766,3 +766,46 @@ func scriptRenew(c rueidis.Client) RenewFunc {
 		return out
 	}
 }
+
+// Deadline follows what renewals confirm and survives Stop; Lose reports a lease lost at
+// once, and a lost lease has no deadline to offer.
+func TestDeadlineAndLose(t *testing.T) {
+	t.Parallel()
+	const timeout = 90 * time.Millisecond
+	f := newFake(nil)
+	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
+	sent := time.Now()
+	l := w.Keep("k", "o", sent)
+	if d, ok := l.Deadline(); !ok || !d.Equal(sent.Add(timeout)) {
+		t.Fatalf("Deadline() = %v, %v; want sent+timeout, true", d.Sub(sent), ok)
+	}
+	f.waitRenewals(t, "k", 1)
+	var renewed time.Time
+	eventually := time.After(waitFor)
+	for {
+		if d, ok := l.Deadline(); ok && d.After(sent.Add(timeout)) {
+			renewed = d
+			break
+		}
+		select {
+		case <-eventually:
+			t.Fatal("a renewal did not move the deadline")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	l.Stop()
+	if d, ok := l.Deadline(); !ok || !d.Equal(renewed) {
+		t.Fatalf("after Stop, Deadline() = %v, %v; want the last confirmed one", d, ok)
+	}
+	l.Lose("test")
+	if !isClosed(l.Lost()) {
+		t.Fatal("Lose did not close Lost")
+	}
+	if _, ok := l.Deadline(); ok {
+		t.Fatal("a lost lease still reports a deadline")
+	}
+	l.Lose("again") // idempotent
+	if l.Reset(time.Now(), timeout, true) {
+		t.Fatal("Reset revived a lost lease")
+	}
+}

@@ -144,7 +144,9 @@ func markdown(res *results) string {
 		}
 		fmt.Fprintf(&b, "\n**Contended, W=%d** — %d workers on one key, each looping request → hold %v → release → %v idle. "+
 			"Hand-off: one worker's release to another's acquisition. Wait: request to acquisition. "+
-			"Fairness: Jain's index over per-worker acquisitions (1 = equal). CPU: Redis server CPU per acquisition.\n\n",
+			"Fairness: Jain's index over per-worker acquisitions (1 = equal). CPU: Redis server CPU per acquisition. "+
+			"Hold mean: how long holds lasted (the holder blocks its thread in nanosleep(2) on Linux: "+
+			"a time.Sleep lasts longer the more network events the library has during it, which would blur the comparison).\n\n",
 			w, w, holdTime, idleTime)
 		table(&b, res.rows, []column{
 			{head: "acq/s", higher: true, ratio: true,
@@ -159,6 +161,9 @@ func markdown(res *results) string {
 				get:  func(r row) (float64, bool) { c, ok := at(r); return c.fairness, ok },
 				show: func(v float64) string { return fmt.Sprintf("%.3f", v) }},
 			durCol("CPU/acq", func(r row) (time.Duration, bool) { c, ok := at(r); return c.cpuPerAcq, ok }),
+			{head: "hold mean",
+				get:  func(r row) (float64, bool) { c, ok := at(r); return float64(c.hold.mean()), ok && len(c.hold) > 0 },
+				show: func(v float64) string { return fmtDur(time.Duration(v)) }},
 			{head: "overlaps",
 				get:  func(r row) (float64, bool) { c, ok := at(r); return float64(c.overlaps), ok },
 				show: func(v float64) string { return fmt.Sprintf("%.0f", v) }},

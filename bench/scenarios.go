@@ -26,6 +26,17 @@ func (d durations) pct(p float64) time.Duration {
 	return d[min(max(i, 0), len(d)-1)]
 }
 
+func (d durations) mean() time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return sum / time.Duration(len(d))
+}
+
 func (d durations) max() time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -122,6 +133,7 @@ type contendedResult struct {
 	perSec       float64
 	handoff      durations // release by one worker → acquisition by a different one
 	wait         durations // request → acquisition
+	hold         durations // how long each hold lasted (holdTime asked)
 	fairness     float64
 	cpuPerAcq    time.Duration
 	overlaps     int64
@@ -137,6 +149,7 @@ func (r *contendedResult) add(o contendedResult) {
 	r.acquisitions += o.acquisitions
 	r.handoff = append(r.handoff, o.handoff...)
 	r.wait = append(r.wait, o.wait...)
+	r.hold = append(r.hold, o.hold...)
 	r.overlaps += o.overlaps
 	r.cpu += o.cpu
 	r.elapsed += o.elapsed
@@ -182,6 +195,7 @@ func contended(ctx context.Context, srv *server, s session, key string, w int, d
 	counts := make([]int64, w)
 	waits := make([]durations, w)
 	handoffs := make([]durations, w)
+	holds := make([]durations, w)
 	errs := make(chan error, w)
 	var wg gosync.WaitGroup
 	for id := range w {
@@ -204,10 +218,12 @@ func contended(ctx context.Context, srv *server, s session, key string, w int, d
 					handoffs[id] = append(handoffs[id], got.Sub(start)-time.Duration(lastRelease.Load()))
 				}
 				counts[id]++
-				time.Sleep(holdTime)
+				holdFor(holdTime)
+				held := time.Since(got)
 				lastHolder.Store(int32(id + 1))
 				lastRelease.Store(int64(time.Since(start)))
 				inside.Add(-1)
+				holds[id] = append(holds[id], held)
 				if err := m.unlock(ctx); err != nil {
 					errs <- fmt.Errorf("worker %d: unlock: %w", id, err)
 					return
@@ -230,6 +246,7 @@ func contended(ctx context.Context, srv *server, s session, key string, w int, d
 		r.acquisitions += counts[id]
 		r.wait = append(r.wait, waits[id]...)
 		r.handoff = append(r.handoff, handoffs[id]...)
+		r.hold = append(r.hold, holds[id]...)
 	}
 	r.counts, r.cpu, r.elapsed = counts, cpu1-cpu0, elapsed
 	r.perSec = float64(r.acquisitions) / elapsed.Seconds()

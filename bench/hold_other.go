@@ -1,0 +1,9 @@
+//go:build !linux
+
+package main
+
+import "time"
+
+// holdFor sleeps for d. Elsewhere than on Linux it is time.Sleep, whose length can vary with
+// the network activity of the library under test (see hold_linux.go).
+func holdFor(d time.Duration) { time.Sleep(d) }

@@ -114,7 +114,9 @@ const DefaultLocalHandoff = 8
 // WithLocalHandoff bounds local hand-off. When a handle releases a lock that other handles of
 // the same Client are waiting for, its release script hands the lock straight to the one that
 // has waited longest: one round trip, no message, no race. Handles of one Client are served
-// in arrival order.
+// in arrival order. The heir's Lock returns as the release is sent: until Redis records the
+// hand-off, one round trip later, the lock is held for the Client under the releaser's
+// lease, and should Redis not record it (the lock was already gone) the heir's Lost closes.
 //
 // Other Clients and Java processes are woken only when the lock is freed, so a Client that
 // always handed its lock on would starve them. After max consecutive hand-offs the release

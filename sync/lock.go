@@ -490,7 +490,7 @@ var errOutcomeUnknown = errors.New("outcome unknown")
 
 // A latchFence is a latch mark that a handle's next acquire raises before it takes a hold, so
 // that requests of unknown outcome numbered up to n on that latch change nothing if they
-// reach Redis later: the handle's own last unlock, or a settlement of a hand-off to it.
+// reach Redis later: the handle's own unlock, undo, or settlement of a hand-off it made.
 type latchFence struct {
 	key string // the latch; empty: no fence
 	n   string // the request number to raise its mark to

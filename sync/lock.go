@@ -50,8 +50,9 @@ type Lock struct {
 	fences  []latchFence    // latch marks the next acquire must raise before taking a hold
 	run     int             // consecutive local hand-offs that led to the current hold
 
-	mu   gosync.Mutex    // guards lost, which Lost reads without waiting for an op
-	lost <-chan struct{} // lease.Lost() of the current (or last) hold
+	mu      gosync.Mutex    // guards lost and handing, read without waiting for an op
+	lost    <-chan struct{} // lease.Lost() of the current (or last) hold
+	handing chan struct{}   // closed when a hand-off to this handle is recorded or not; nil if none
 }
 
 // Lock returns a handle on the lock called name (the Redis key). It makes no network call;
@@ -527,18 +528,23 @@ func (l *Lock) handTo(h *heir, sent, until time.Time) {
 	hl := h.l
 	hl.holds, hl.run = 1, l.run+1
 	hl.leaseMs, hl.leaseD = h.leaseMs, h.lease
-	if h.lease > 0 {
-		until = minTime(until, sent.Add(h.lease))
+	// The script gives the heir its own lease (the watchdog timeout if kept), which may be
+	// shorter than what is left of the releaser's.
+	own := h.lease
+	if own == 0 {
+		own = l.c.wdTimeout
 	}
+	until = minTime(until, sent.Add(own))
 	now := time.Now()
 	// Timed, not kept: nothing in Redis is the heir's to renew yet. The heir's old lease is
 	// stopped or lapsing (it held nothing), so Reset makes it a timed one.
+	hl.mu.Lock()
 	if hl.lease == nil || !hl.lease.Reset(now, until.Sub(now), false) {
 		hl.lease = l.c.wd.Watch(hl.name, hl.owner, now, until.Sub(now))
-		hl.mu.Lock()
 		hl.lost = hl.lease.Lost()
-		hl.mu.Unlock()
 	}
+	hl.handing = make(chan struct{})
+	hl.mu.Unlock()
 	h.handed <- struct{}{}
 }
 
@@ -557,7 +563,28 @@ func (l *Lock) confirmHandoff(h *heir, outcome int64, err error, sent time.Time)
 	default:
 		hl.lease.Lose("hand-off not recorded: " + err.Error())
 	}
+	hl.mu.Lock()
+	close(hl.handing)
+	hl.handing = nil
+	hl.mu.Unlock()
 	hl.op.Unlock()
+}
+
+// awaitHandoff waits, within ctx, for a hand-off to the handle that is on its way to Redis,
+// so that a read sent after it sees what Redis made of it.
+func (l *Lock) awaitHandoff(ctx context.Context) error {
+	l.mu.Lock()
+	handing := l.handing
+	l.mu.Unlock()
+	if handing == nil {
+		return nil
+	}
+	select {
+	case <-handing:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -599,14 +626,15 @@ func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// IsHeld reports whether this handle holds the lock, as Redis sees it. It waits for a local
-// hand-off to the handle still on its way to Redis.
+// IsHeld reports whether this handle holds the lock, as Redis sees it. It waits (within ctx)
+// for a local hand-off to the handle still on its way to Redis.
 func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, nil); err != nil {
 		return false, err
 	}
-	l.op.Lock()
-	defer l.op.Unlock()
+	if err := l.awaitHandoff(ctx); err != nil {
+		return false, err
+	}
 	ok, err := l.c.rdb.Do(ctx, l.c.rdb.B().Hexists().Key(l.name).Field(l.owner).Build()).AsBool()
 	if err != nil {
 		return false, fmt.Errorf("dsync: lock %q: %w", l.name, err)
@@ -615,13 +643,14 @@ func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
 }
 
 // HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none).
-// It waits for a local hand-off to the handle still on its way to Redis.
+// It waits (within ctx) for a local hand-off to the handle still on its way to Redis.
 func (l *Lock) HoldCount(ctx context.Context) (int, error) {
 	if err := l.check(ctx, nil); err != nil {
 		return 0, err
 	}
-	l.op.Lock()
-	defer l.op.Unlock()
+	if err := l.awaitHandoff(ctx); err != nil {
+		return 0, err
+	}
 	n, err := l.c.rdb.Do(ctx, l.c.rdb.B().Hget().Key(l.name).Field(l.owner).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil

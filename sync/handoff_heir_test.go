@@ -1,0 +1,162 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// An heir kept by the watchdog (Lock without Lease) gets, from the hand-off script, a TTL of
+// the watchdog timeout, which may be shorter than what is left of the releaser's lease. Until
+// the reply confirms the hand-off, the heir's lease must end with the shorter of the two: when
+// the release ran but its reply is lost (and the retries and settlement keep failing), the
+// heir's field expires after the watchdog timeout, nobody renews it, and another Client may
+// take the lock — the heir's Lost must have closed by then, as a kept lease's does at its
+// deadline. (Found by review: the provisional lease ended with the releaser's, a minute.)
+func TestKeptHeirLeaseEndsWithItsOwnTTLUntilConfirmed(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "review-kept-heir"
+		const wd = 100 * time.Millisecond
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr(), WithWatchdogTimeout(wd))
+		oc, _ := newClient(t, b.Addr)
+		warmScripts(t, ctx, c)
+
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx, Lease(time.Minute))) // the releaser: a lease far beyond wd
+		hDone := startLock(ctx, h)               // the heir: kept by the watchdog (TTL wd)
+		settled(t, c, name, 1)
+
+		p.arm(l.Owner(), true) // every run of the release, and the settlement: replies lost
+		defer p.disarm()
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		await(t, hDone, "heir handed the lock")
+		// The first run and its first retry are held back; now let them reach Redis: the
+		// hand-off is recorded (heir's field, PTTL wd), but the releaser never learns it.
+		eventually(t, 5*time.Second, "release runs held back", func() bool { return p.holding() >= 2 })
+		p.release()
+
+		o := oc.Lock(name)
+		var otherAt time.Time
+		eventually(t, 5*time.Second, "another Client takes the lock once the heir's hold expires", func() bool {
+			ok, err := o.TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				otherAt = time.Now()
+			}
+			return ok
+		})
+		lostBefore := isClosed(h.Lost())
+		var unlockedFirst bool
+		select {
+		case <-unlocked:
+			unlockedFirst = true
+		default:
+		}
+		select {
+		case <-h.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("heir's lease never reported lost")
+		}
+		lostAfter := time.Since(otherAt)
+		if unlockedFirst {
+			t.Skip("the releaser's Unlock gave up before the other Client got in: timing, not the scenario")
+		}
+		if !lostBefore {
+			t.Errorf("another Client holds the lock while the heir's lease is not lost "+
+				"(Lost closed %v later, when the releaser gave up)", lostAfter)
+		}
+		must(t, o.Unlock(ctx))
+		<-unlocked
+	})
+}
+
+// IsHeld (and HoldCount) of an heir wait for its hand-off to reach Redis, but within ctx:
+// while the release is being retried (reply lost) through its whole budget, IsHeld with a
+// short deadline returns at that deadline.
+func TestIsHeldWaitsForHandoffWithinCtx(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "review-isheld-ctx"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr())
+		warmScripts(t, ctx, c)
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx))
+		hDone := startLock(ctx, h)
+		settled(t, c, name, 1)
+
+		p.arm(l.Owner(), true) // release and settlement held back: Unlock retries ~1 s
+		defer p.disarm()
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		await(t, hDone, "heir handed the lock")
+
+		const limit = 50 * time.Millisecond
+		qctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		start := time.Now()
+		_, err := h.IsHeld(qctx)
+		took := time.Since(start)
+		if took > limit+200*time.Millisecond {
+			t.Errorf("IsHeld with a %v deadline returned after %v (err %v): it waited for the "+
+				"releaser's whole retry budget, ignoring ctx", limit, took, err)
+		} else if err == nil {
+			t.Logf("IsHeld returned in %v", took)
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			t.Logf("IsHeld: %v", err)
+		}
+		<-unlocked
+	})
+}
+
+// A releaser only TryLocks a waiter's op, and skips a waiter whose op is busy: IsHeld and
+// HoldCount must not take it, or a waiter probed at the moment of the release would be
+// skipped, and the lock freed and published instead of handed on (so another Client, or a
+// later local waiter, could take it first). Real Redis only: CLIENT PAUSE keeps the probe's
+// HEXISTS in flight while the release picks its heir.
+func TestProbedWaiterIsStillHandedTheLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		if b.Mini != nil {
+			t.Skip("needs CLIENT PAUSE")
+		}
+		ctx := testCtx(t, 30*time.Second)
+		const name = "review-probed"
+		c, rdb := newClient(t, b.Addr)
+		admin := b.Client(t)
+		sub := rawSubscribe(t, ctx, rdb, lockChannel(name))
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx))
+		hDone := startLock(ctx, h)
+		settled(t, c, name, 1)
+		sub.published(t, ctx)
+
+		must(t, admin.Do(ctx, admin.B().ClientPause().Timeout(500).All().Build()).Error())
+		probed := make(chan error, 1)
+		go func() { _, err := h.IsHeld(ctx); probed <- err }() // a monitor asks: do you hold it?
+		// With the code under review the probe takes the waiter's op at once and keeps it
+		// until the pause ends; wait for that (up to 200 ms: a probe that does not take the op
+		// at all is what a fix looks like, and then there is nothing to wait for).
+		for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			if !h.op.TryLock() {
+				break
+			}
+			h.op.Unlock()
+		}
+		must(t, l.Unlock(ctx)) // returns once the pause ends
+		must(t, <-probed)
+		await(t, hDone, "waiter took the lock")
+		if got := sub.published(t, ctx); len(got) != 0 {
+			t.Errorf("release published %q: the parked waiter was skipped because a concurrent "+
+				"IsHeld held its op; the lock was freed for anyone instead of handed on", got)
+		}
+		must(t, h.Unlock(ctx))
+	})
+}

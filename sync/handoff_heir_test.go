@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 func TestKeptHeirLeaseEndsWithItsOwnTTLUntilConfirmed(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
-		const name = "review-kept-heir"
+		const name = "kept-heir"
 		const wd = 100 * time.Millisecond
 		p := newHoldProxy(t, b.Addr)
 		c, _ := newClient(t, p.addr(), WithWatchdogTimeout(wd))
@@ -84,7 +85,7 @@ func TestKeptHeirLeaseEndsWithItsOwnTTLUntilConfirmed(t *testing.T) {
 func TestIsHeldWaitsForHandoffWithinCtx(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
-		const name = "review-isheld-ctx"
+		const name = "isheld-ctx"
 		p := newHoldProxy(t, b.Addr)
 		c, _ := newClient(t, p.addr())
 		warmScripts(t, ctx, c)
@@ -128,7 +129,7 @@ func TestProbedWaiterIsStillHandedTheLock(t *testing.T) {
 			t.Skip("needs CLIENT PAUSE")
 		}
 		ctx := testCtx(t, 30*time.Second)
-		const name = "review-probed"
+		const name = "probed"
 		c, rdb := newClient(t, b.Addr)
 		admin := b.Client(t)
 		sub := rawSubscribe(t, ctx, rdb, lockChannel(name))
@@ -159,4 +160,102 @@ func TestProbedWaiterIsStillHandedTheLock(t *testing.T) {
 		}
 		must(t, h.Unlock(ctx))
 	})
+}
+
+// heirLeaseMarker is what only a release handing the lock to heir, taken with Lease(lease),
+// sends: the heir's owner ID followed by its lease in ms.
+func heirLeaseMarker(heir *Lock, lease time.Duration) string {
+	ms := strconv.FormatInt(lease.Milliseconds(), 10)
+	return heir.Owner() + "\r\n$" + strconv.Itoa(len(ms)) + "\r\n" + ms
+}
+
+// RemainingTTL is a read of Redis like IsHeld and HoldCount, and waits like them for a
+// hand-off in flight: an heir that took the lock with Lease(2s) and asks how long it has
+// right after its Lock returns must not be told the releaser's TTL (the watchdog's 30 s),
+// or it would budget its work past its lease. (Found by review.)
+func TestHeirRemainingTTLWaitsForHandoff(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "heir-ttl"
+		const lease = 2 * time.Second
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr())
+		warmScripts(t, ctx, c)
+		l, h := c.Lock(name), c.Lock(name)
+		must(t, l.Lock(ctx)) // kept: TTL 30 s
+		hDone := startLock(ctx, h, Lease(lease))
+		settled(t, c, name, 1)
+
+		// Every run of the release is held back (its retries take ~300 ms); the settlement
+		// after them is not, and completes the hand-off.
+		p.arm(heirLeaseMarker(h, lease), true)
+		defer p.disarm()
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- l.Unlock(ctx) }()
+		await(t, hDone, "heir handed the lock")
+
+		var ttl time.Duration
+		var err error
+		for range 100 { // a held release cuts the connection; a PTTL on it is lost too
+			if ttl, err = h.RemainingTTL(ctx); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		must(t, err)
+		must(t, <-unlocked)
+		after, err := h.RemainingTTL(ctx)
+		must(t, err)
+		if ttl > lease {
+			t.Errorf("heir's RemainingTTL right after its Lock(Lease(%v)): %v — the releaser's TTL, "+
+				"read before the hand-off reached Redis (once it had: %v)", lease, ttl, after)
+		}
+		must(t, h.Unlock(ctx))
+	})
+}
+
+// A re-entrant TryLock (no wait) or Lock on the heir's handle, right after its Lock returned,
+// waits for the hand-off, which the releaser holds the handle's op mutex for until its reply
+// — through the release's whole retry budget and settlement when replies are lost (~1 s
+// here) — but within ctx. (Found by review: it waited on the op mutex whatever ctx said.)
+func TestHeirReentryWaitsWithinCtx(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context, h *Lock) error
+	}{
+		{"TryLock", func(ctx context.Context, h *Lock) error { _, err := h.TryLock(ctx); return err }},
+		{"Lock", func(ctx context.Context, h *Lock) error { return h.Lock(ctx) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := testCtx(t, 30*time.Second)
+				const name = "heir-reentry"
+				p := newHoldProxy(t, b.Addr)
+				c, _ := newClient(t, p.addr())
+				warmScripts(t, ctx, c)
+				l, h := c.Lock(name), c.Lock(name)
+				must(t, l.Lock(ctx))
+				hDone := startLock(ctx, h)
+				settled(t, c, name, 1)
+
+				p.arm(l.Owner(), true) // release and settlement held back: Unlock takes ~1 s
+				defer p.disarm()
+				unlocked := make(chan error, 1)
+				go func() { unlocked <- l.Unlock(ctx) }()
+				await(t, hDone, "heir handed the lock")
+
+				const limit = 50 * time.Millisecond
+				qctx, cancel := context.WithTimeout(ctx, limit)
+				defer cancel()
+				start := time.Now()
+				err := tc.call(qctx, h)
+				took := time.Since(start)
+				if took > limit+200*time.Millisecond {
+					t.Errorf("re-entrant %s with a %v deadline returned after %v (err %v): it waited "+
+						"for the releaser's whole retry budget, ignoring ctx", tc.name, limit, took, err)
+				}
+				<-unlocked
+			})
+		})
+	}
 }

@@ -187,6 +187,9 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
 	// a release only it can make. Nor can it be handed the lock, which it already holds.
+	if err := l.awaitHandoff(ctx); err != nil {
+		return false, err
+	}
 	l.op.Lock()
 	join := l.holds == 0
 	l.op.Unlock()
@@ -202,7 +205,7 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 // script may have run, so the hold it may have added is taken back before returning the
 // error: a caller told "no" must not hold the lock.
 func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string) (int64, bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := l.awaitHandoff(ctx); err != nil {
 		return 0, false, err // nothing sent, so nothing to undo
 	}
 	l.op.Lock()
@@ -570,9 +573,14 @@ func (l *Lock) confirmHandoff(h *heir, outcome int64, err error, sent time.Time)
 	hl.op.Unlock()
 }
 
-// awaitHandoff waits, within ctx, for a hand-off to the handle that is on its way to Redis,
-// so that a read sent after it sees what Redis made of it.
+// awaitHandoff waits, within ctx, for a hand-off to the handle that is on its way to Redis
+// (the releaser holds the handle's op lock until then), so that a read sent after it sees
+// what Redis made of it and a call that needs the op lock does not outwait ctx. It returns
+// ctx.Err() if ctx ends first, and checks ctx even when there is nothing to wait for.
 func (l *Lock) awaitHandoff(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	handing := l.handing
 	l.mu.Unlock()
@@ -666,9 +674,13 @@ func (l *Lock) HoldCount(ctx context.Context) (int, error) {
 const NoExpiry time.Duration = -1
 
 // RemainingTTL returns how long the lock has before it expires, whoever holds it: 0 when it
-// is not locked, NoExpiry when it has no TTL. Millisecond precision.
+// is not locked, NoExpiry when it has no TTL. Millisecond precision. It waits (within ctx)
+// for a local hand-off to the handle still on its way to Redis.
 func (l *Lock) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	if err := l.check(ctx, nil); err != nil {
+		return 0, err
+	}
+	if err := l.awaitHandoff(ctx); err != nil {
 		return 0, err
 	}
 	ms, err := l.c.rdb.Do(ctx, l.c.rdb.B().Pttl().Key(l.name).Build()).AsInt64()

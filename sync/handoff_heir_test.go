@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -22,21 +21,14 @@ func TestKeptHeirLeaseEndsWithItsOwnTTLUntilConfirmed(t *testing.T) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "kept-heir"
 		const wd = 100 * time.Millisecond
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr(), WithWatchdogTimeout(wd))
 		oc, _ := newClient(t, b.Addr)
-		warmScripts(t, ctx, c)
-
-		l, h := c.Lock(name), c.Lock(name)
-		must(t, l.Lock(ctx, Lease(time.Minute))) // the releaser: a lease far beyond wd
-		hDone := startLock(ctx, h)               // the heir: kept by the watchdog (TTL wd)
-		settled(t, c, name, 1)
-
-		p.arm(l.Owner(), true) // every run of the release, and the settlement: replies lost
+		// The releaser has a lease far beyond wd; the heir is kept by the watchdog (TTL wd).
+		r := startHeldRelay(t, ctx, b, name, relayOpts{
+			client: []Option{WithWatchdogTimeout(wd)}, holder: []LockOption{Lease(time.Minute)}})
+		p, l, h := r.p, r.l, r.h
+		// Every run of the release, and the settlement: replies lost.
+		unlocked := r.handOffHeldBack(t, ctx, l.Owner(), true)
 		defer p.disarm()
-		unlocked := make(chan error, 1)
-		go func() { unlocked <- l.Unlock(ctx) }()
-		await(t, hDone, "heir handed the lock")
 		// The first run and its first retry are held back; now let them reach Redis: the
 		// hand-off is recorded (heir's field, PTTL wd), but the releaser never learns it.
 		eventually(t, 5*time.Second, "release runs held back", func() bool { return p.holding() >= 2 })
@@ -75,45 +67,6 @@ func TestKeptHeirLeaseEndsWithItsOwnTTLUntilConfirmed(t *testing.T) {
 				"(Lost closed %v later, when the releaser gave up)", lostAfter)
 		}
 		must(t, o.Unlock(ctx))
-		<-unlocked
-	})
-}
-
-// IsHeld (and HoldCount) of an heir wait for its hand-off to reach Redis, but within ctx:
-// while the release is being retried (reply lost) through its whole budget, IsHeld with a
-// short deadline returns at that deadline.
-func TestIsHeldWaitsForHandoffWithinCtx(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 30*time.Second)
-		const name = "isheld-ctx"
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr())
-		warmScripts(t, ctx, c)
-		l, h := c.Lock(name), c.Lock(name)
-		must(t, l.Lock(ctx))
-		hDone := startLock(ctx, h)
-		settled(t, c, name, 1)
-
-		p.arm(l.Owner(), true) // release and settlement held back: Unlock retries ~1 s
-		defer p.disarm()
-		unlocked := make(chan error, 1)
-		go func() { unlocked <- l.Unlock(ctx) }()
-		await(t, hDone, "heir handed the lock")
-
-		const limit = 50 * time.Millisecond
-		qctx, cancel := context.WithTimeout(ctx, limit)
-		defer cancel()
-		start := time.Now()
-		_, err := h.IsHeld(qctx)
-		took := time.Since(start)
-		if took > limit+200*time.Millisecond {
-			t.Errorf("IsHeld with a %v deadline returned after %v (err %v): it waited for the "+
-				"releaser's whole retry budget, ignoring ctx", limit, took, err)
-		} else if err == nil {
-			t.Logf("IsHeld returned in %v", took)
-		} else if !errors.Is(err, context.DeadlineExceeded) {
-			t.Logf("IsHeld: %v", err)
-		}
 		<-unlocked
 	})
 }
@@ -178,21 +131,13 @@ func TestHeirRemainingTTLWaitsForHandoff(t *testing.T) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "heir-ttl"
 		const lease = 2 * time.Second
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr())
-		warmScripts(t, ctx, c)
-		l, h := c.Lock(name), c.Lock(name)
-		must(t, l.Lock(ctx)) // kept: TTL 30 s
-		hDone := startLock(ctx, h, Lease(lease))
-		settled(t, c, name, 1)
-
+		// The releaser is kept (TTL 30 s).
+		r := startHeldRelay(t, ctx, b, name, relayOpts{heir: []LockOption{Lease(lease)}})
+		h := r.h
 		// Every run of the release is held back (its retries take ~300 ms); the settlement
 		// after them is not, and completes the hand-off.
-		p.arm(heirLeaseMarker(h, lease), true)
-		defer p.disarm()
-		unlocked := make(chan error, 1)
-		go func() { unlocked <- l.Unlock(ctx) }()
-		await(t, hDone, "heir handed the lock")
+		unlocked := r.handOffHeldBack(t, ctx, heirLeaseMarker(h, lease), true)
+		defer r.p.disarm()
 
 		var ttl time.Duration
 		var err error
@@ -214,48 +159,81 @@ func TestHeirRemainingTTLWaitsForHandoff(t *testing.T) {
 	})
 }
 
-// A re-entrant TryLock (no wait) or Lock on the heir's handle, right after its Lock returned,
-// waits for the hand-off, which the releaser holds the handle's op mutex for until its reply
-// — through the release's whole retry budget and settlement when replies are lost (~1 s
-// here) — but within ctx. (Found by review: it waited on the op mutex whatever ctx said.)
-func TestHeirReentryWaitsWithinCtx(t *testing.T) {
+// The calls on an heir's handle that need the hand-off to have reached Redis — reads, and a
+// re-entry — wait for it, but within ctx: while the release is retried (replies lost)
+// through its whole budget and settlement (~1 s here), a call with a 50 ms deadline returns
+// at that deadline. (Found by review: IsHeld and HoldCount, then a re-entry, waited on the
+// handle's op mutex, which the releaser holds until its reply, whatever ctx said.)
+func TestHeirCallsWaitForHandoffWithinCtx(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		call func(ctx context.Context, h *Lock) error
 	}{
+		{"IsHeld", func(ctx context.Context, h *Lock) error { _, err := h.IsHeld(ctx); return err }},
+		{"HoldCount", func(ctx context.Context, h *Lock) error { _, err := h.HoldCount(ctx); return err }},
+		{"RemainingTTL", func(ctx context.Context, h *Lock) error { _, err := h.RemainingTTL(ctx); return err }},
 		{"TryLock", func(ctx context.Context, h *Lock) error { _, err := h.TryLock(ctx); return err }},
 		{"Lock", func(ctx context.Context, h *Lock) error { return h.Lock(ctx) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 				ctx := testCtx(t, 30*time.Second)
-				const name = "heir-reentry"
-				p := newHoldProxy(t, b.Addr)
-				c, _ := newClient(t, p.addr())
-				warmScripts(t, ctx, c)
-				l, h := c.Lock(name), c.Lock(name)
-				must(t, l.Lock(ctx))
-				hDone := startLock(ctx, h)
-				settled(t, c, name, 1)
-
-				p.arm(l.Owner(), true) // release and settlement held back: Unlock takes ~1 s
-				defer p.disarm()
-				unlocked := make(chan error, 1)
-				go func() { unlocked <- l.Unlock(ctx) }()
-				await(t, hDone, "heir handed the lock")
+				r := startHeldRelay(t, ctx, b, "heir-calls", relayOpts{})
+				unlocked := r.handOffHeldBack(t, ctx, r.l.Owner(), true) // release and settlement: Unlock takes ~1 s
+				defer r.p.disarm()
 
 				const limit = 50 * time.Millisecond
 				qctx, cancel := context.WithTimeout(ctx, limit)
 				defer cancel()
 				start := time.Now()
-				err := tc.call(qctx, h)
-				took := time.Since(start)
-				if took > limit+200*time.Millisecond {
-					t.Errorf("re-entrant %s with a %v deadline returned after %v (err %v): it waited "+
-						"for the releaser's whole retry budget, ignoring ctx", tc.name, limit, took, err)
+				err := tc.call(qctx, r.h)
+				if took := time.Since(start); took > limit+200*time.Millisecond {
+					t.Errorf("%s with a %v deadline returned after %v (err %v): it waited for the "+
+						"releaser's whole retry budget, ignoring ctx", tc.name, limit, took, err)
 				}
 				<-unlocked
 			})
 		})
 	}
+}
+
+// heldRelay is a hand-off about to be made through a holdProxy: a Client c reaching Redis
+// through p (scripts cached, so that a held EVALSHA runs when delivered), l holding the lock
+// called name, and h parked waiting for it, its Lock's result on hDone.
+type heldRelay struct {
+	p     *holdProxy
+	c     *Client
+	l, h  *Lock
+	hDone <-chan error
+}
+
+// relayOpts configure startHeldRelay: the Client's options, and the holder's and heir's Lock
+// options.
+type relayOpts struct {
+	client       []Option
+	holder, heir []LockOption
+}
+
+func startHeldRelay(t *testing.T, ctx context.Context, b *redistest.Backend, name string, o relayOpts) heldRelay {
+	t.Helper()
+	r := heldRelay{p: newHoldProxy(t, b.Addr)}
+	r.c, _ = newClient(t, r.p.addr(), o.client...)
+	warmScripts(t, ctx, r.c)
+	r.l, r.h = r.c.Lock(name), r.c.Lock(name)
+	must(t, r.l.Lock(ctx, o.holder...))
+	r.hDone = startLock(ctx, r.h, o.heir...)
+	settled(t, r.c, name, 1)
+	return r
+}
+
+// handOffHeldBack arms the proxy to hold back the requests that contain marker (every one
+// until disarmed, or the next only), starts l's Unlock, waits until the heir has been handed
+// the lock, and returns the Unlock's result.
+func (r heldRelay) handOffHeldBack(t *testing.T, ctx context.Context, marker string, all bool) <-chan error {
+	t.Helper()
+	r.p.arm(marker, all)
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- r.l.Unlock(ctx) }()
+	await(t, r.hDone, "heir handed the lock")
+	return unlocked
 }

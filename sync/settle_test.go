@@ -21,21 +21,12 @@ func TestLateSettleKeepsHoldTakenSince(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "late-settle"
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr(), WithWatchdogTimeout(time.Second))
 		other, _ := newClient(t, b.Addr)
 		admin := b.Client(t)
-		warmScripts(t, ctx, c) // so that held EVALSHAs run when delivered
-
-		l, h := c.Lock(name), c.Lock(name)
-		must(t, l.Lock(ctx))
-		hDone := startLock(ctx, h)
-		settled(t, c, name, 1)
-
-		p.arm(l.Owner(), true) // every run of l's hand-off release, and the settlement after them
-		unlocked := make(chan error, 1)
-		go func() { unlocked <- l.Unlock(ctx) }()
-		await(t, hDone, "heir handed the lock")
+		r := startHeldRelay(t, ctx, b, name, relayOpts{client: []Option{WithWatchdogTimeout(time.Second)}})
+		p, l, h := r.p, r.l, r.h
+		// Every run of l's hand-off release, and the settlement after them.
+		unlocked := r.handOffHeldBack(t, ctx, l.Owner(), true)
 		// Nothing of l's can have reached Redis while the proxy holds it back.
 		if n := mustInt(t, admin.Do(ctx, admin.B().Hget().Key(name).Field(l.Owner()).Build())); n != 1 {
 			t.Fatalf("releaser's count %d in Redis when the heir's Lock returned, want 1 (the release not yet run)", n)
@@ -78,14 +69,9 @@ func TestLateSettleKeepsReleasersNewHold(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "late-settle-releaser"
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr())
 		other, _ := newClient(t, b.Addr)
-		warmScripts(t, ctx, c)
-		l, h := c.Lock(name), c.Lock(name)
-		must(t, l.Lock(ctx))
-		hDone := startLock(ctx, h)
-		settled(t, c, name, 1)
+		r := startHeldRelay(t, ctx, b, name, relayOpts{})
+		p, l, h, hDone := r.p, r.l, r.h, r.hDone
 
 		p.arm(l.Owner(), true)
 		uerr := l.Unlock(ctx)
@@ -179,13 +165,8 @@ func TestHeirLeaseEndsWithReleasersUntilConfirmed(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "heir-rests-on-releaser"
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr())
-		warmScripts(t, ctx, c)
-		l, h := c.Lock(name), c.Lock(name)
-		must(t, l.Lock(ctx, Lease(time.Minute)))
-		hDone := startLock(ctx, h)
-		settled(t, c, name, 1)
+		r := startHeldRelay(t, ctx, b, name, relayOpts{holder: []LockOption{Lease(time.Minute)}})
+		l, h := r.l, r.h
 		// As far as the releaser knows, its lease ends in 2×handoffMinLeft: well before the
 		// release's retries (20+40+80+160 ms of backoff) and the settlement's give up.
 		left := 2 * handoffMinLeft
@@ -193,12 +174,9 @@ func TestHeirLeaseEndsWithReleasersUntilConfirmed(t *testing.T) {
 		l.lease.Reset(time.Now().Add(-time.Minute+left), time.Minute, false)
 		l.op.Unlock()
 
-		p.arm(l.Owner(), true) // the release and the settlement
-		defer p.disarm()
-		unlocked := make(chan error, 1)
 		start := time.Now()
-		go func() { unlocked <- l.Unlock(ctx) }()
-		await(t, hDone, "heir handed the lock")
+		unlocked := r.handOffHeldBack(t, ctx, l.Owner(), true) // the release and the settlement
+		defer r.p.disarm()
 		select {
 		case <-h.Lost():
 			if d := time.Since(start); d > left+300*time.Millisecond {
@@ -212,7 +190,6 @@ func TestHeirLeaseEndsWithReleasersUntilConfirmed(t *testing.T) {
 		if err := <-unlocked; !errors.Is(err, errOutcomeUnknown) {
 			t.Fatalf("Unlock: %v, want an unknown outcome", err)
 		}
-		t.Logf("Unlock gave up after %v", time.Since(start))
 	})
 }
 
@@ -222,17 +199,9 @@ func TestHeirSeesItsHoldAtOnce(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "heir-sees-hold"
-		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr())
-		warmScripts(t, ctx, c)
-		l, h := c.Lock(name), c.Lock(name)
-		must(t, l.Lock(ctx))
-		hDone := startLock(ctx, h)
-		settled(t, c, name, 1)
-		p.arm(string(handoffMarker(h)), false) // the release's first run only
-		unlocked := make(chan error, 1)
-		go func() { unlocked <- l.Unlock(ctx) }()
-		await(t, hDone, "heir handed the lock")
+		r := startHeldRelay(t, ctx, b, name, relayOpts{})
+		p, h := r.p, r.h
+		unlocked := r.handOffHeldBack(t, ctx, string(handoffMarker(h)), false) // the release's first run only
 		if held, err := h.IsHeld(ctx); err != nil || !held {
 			t.Fatalf("heir's IsHeld right after its Lock: %v, %v; want true", held, err)
 		}

@@ -23,12 +23,13 @@ import (
 // Redis has recorded the hand-off, the lock is held for this Client under the releaser's
 // field, so the heir's hold rests on the releaser's lease, which the releaser knows to run
 // for a while yet (handoffMinLeft): nobody else can take the lock in between, and the
-// releaser is done with it. The heir's lease is timed to end with the releaser's until the
-// reply confirms the hand-off; the heir's handle stays busy (its op lock held by the
-// releaser) until then, so its next Unlock, re-entry or IsHeld comes after the hand-off in
-// Redis. If Redis does not record the hand-off — the lock was gone before the release, Redis
-// refused the script, or the outcome stays unknown and cannot be settled — the heir's lease is
-// reported lost at once, as any lease found lost.
+// releaser is done with it. Until the reply confirms the hand-off, the heir's lease is timed
+// to end with the releaser's, or with the TTL the script gives the heir if that is sooner;
+// the heir's handle stays busy (its op lock held by the releaser), and its next Unlock,
+// re-entry or read of Redis waits (see awaitHandoff), so that each comes after the hand-off
+// in Redis. If Redis does not record the hand-off — the lock was gone before the release,
+// Redis refused the script, or the outcome stays unknown and cannot be settled — the heir's
+// lease is reported lost at once, as any lease found lost.
 //
 // A Client that always handed its lock on would keep it from other Clients and from Java
 // processes for as long as it had local waiters: their waiters are only woken by a release

@@ -557,14 +557,12 @@ func (l *Lock) handTo(h *heir, sent, until time.Time) {
 // l.op and h's op.
 func (l *Lock) confirmHandoff(h *heir, outcome int64, err error, sent time.Time) {
 	hl := h.l
-	switch {
-	case err == nil && outcome == releasedHanded:
+	if err == nil && outcome == releasedHanded {
 		hl.lease.Reset(sent, h.lease, h.lease == 0)
-	case err == nil:
-		// Not reached: a release naming an heir hands over or finds the lock not held.
-		hl.lease.Lose("hand-off not recorded")
-	default:
-		hl.lease.Lose("hand-off not recorded: " + err.Error())
+	} else {
+		// An error (a release naming an heir replies nothing else): the lock was gone, Redis
+		// refused the script, or the outcome stays unknown.
+		hl.lease.Lose(fmt.Sprintf("hand-off not recorded: %v", err))
 	}
 	hl.mu.Lock()
 	close(hl.handing)

@@ -28,13 +28,22 @@ func parkedHeirs(c *Client, name string) int {
 
 // settled waits until n waiters of name are parked with no wake-up left to take: a waiter
 // that has a pending one (the confirmation of its subscription comes after it parks) would
-// be making an attempt of its own when the next release looks for an heir.
+// be making an attempt of its own when the next release looks for an heir. A waiter that has
+// just taken its wake-up but not yet marked itself busy looks parked for a moment, so the
+// state must hold across two looks 10 ms apart.
 func settled(t *testing.T, c *Client, name string, n int) {
 	t.Helper()
 	channel := lockChannel(name)
-	eventually(t, 5*time.Second, fmt.Sprintf("%d waiters of %s parked", n, name), func() bool {
+	quiet := func() bool {
 		return c.mux.Subscribed(channel) && c.mux.Pending(channel) == 0 && c.mux.Waiters(channel) == n &&
 			(c.maxHandoff == 0 || parkedHeirs(c, name) == n)
+	}
+	eventually(t, 5*time.Second, fmt.Sprintf("%d waiters of %s parked", n, name), func() bool {
+		if !quiet() {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+		return quiet()
 	})
 }
 

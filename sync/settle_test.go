@@ -71,15 +71,13 @@ func TestLateSettleKeepsReleasersNewHold(t *testing.T) {
 		const name = "late-settle-releaser"
 		other, _ := newClient(t, b.Addr)
 		r := startHeldRelay(t, ctx, b, name, relayOpts{})
-		p, l, h, hDone := r.p, r.l, r.h, r.hDone
+		p, l, h := r.p, r.l, r.h
 
-		p.arm(l.Owner(), true)
-		uerr := l.Unlock(ctx)
+		uerr := <-r.handOffHeldBack(t, ctx, l.Owner(), true) // the release and the settlement
 		p.disarm()
 		if !errors.Is(uerr, errOutcomeUnknown) || len(l.fences) == 0 {
 			t.Fatalf("Unlock: %v (fence %v), want an unknown outcome with the settlement lost", uerr, l.fences)
 		}
-		await(t, hDone, "heir handed the lock")
 		if !isClosed(h.Lost()) {
 			t.Fatal("the heir's lease was not reported lost")
 		}

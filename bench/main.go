@@ -106,6 +106,51 @@ type row struct {
 	key        string
 	parCycles  int64
 	parElapsed time.Duration
+	parCPU     cpuUse // over the rounds whose CPU was read; its cycles are counted in it
+}
+
+// cpuUse is CPU time spent over cycles: by this process, which is the client side of every
+// library (they run in it one at a time), and by the Redis server. Each is summed only over
+// the runs it could be read for.
+type cpuUse struct {
+	client, server             time.Duration
+	clientCycles, serverCycles int64
+}
+
+func (u cpuUse) clientPer() (time.Duration, bool) { return per(u.client, u.clientCycles) }
+func (u cpuUse) serverPer() (time.Duration, bool) { return per(u.server, u.serverCycles) }
+
+func per(d time.Duration, cycles int64) (time.Duration, bool) {
+	if cycles <= 0 {
+		return 0, false
+	}
+	return d / time.Duration(cycles), true
+}
+
+// cpuMark is the CPU readings taken as a timed run starts.
+type cpuMark struct {
+	client, server         time.Duration
+	haveClient, haveServer bool
+}
+
+func startCPU(ctx context.Context, srv *server) cpuMark {
+	var m cpuMark
+	m.client, m.haveClient = processCPU()
+	sv, err := srv.cpu(ctx)
+	m.server, m.haveServer = sv, err == nil
+	return m
+}
+
+// stop adds to u what was used since the mark, over the run's cycles.
+func (m cpuMark) stop(ctx context.Context, srv *server, u *cpuUse, cycles int64) {
+	if c, ok := processCPU(); ok && m.haveClient {
+		u.client += c - m.client
+		u.clientCycles += cycles
+	}
+	if sv, err := srv.cpu(ctx); err == nil && m.haveServer {
+		u.server += sv - m.server
+		u.serverCycles += cycles
+	}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -217,7 +262,9 @@ func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdou
 	})
 	turn("parallel", func(r *row) error {
 		stats := o.cmdstats && resetStats(ctx, srv) == nil
+		cpu := startCPU(ctx, srv)
 		n, el, err := parallel(ctx, r.s, r.key+":parallel:", o.parallel, slice)
+		cpu.stop(ctx, srv, &r.parCPU, n)
 		r.parCycles += n
 		r.parElapsed += el
 		if el > 0 {

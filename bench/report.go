@@ -127,13 +127,18 @@ func markdown(res *results) string {
 		"unpinned, on a small VM, it swings 2–3× with whether the scheduler puts the two processes on one CPU.\n\n", res.pinned)
 
 	b.WriteString("**Solo** (one goroutine, lock+unlock of a free lock) and **parallel** (")
-	fmt.Fprintf(&b, "%d goroutines, each on its own key). Latency: lower is better; throughput: higher.\n\n", o.parallel)
+	fmt.Fprintf(&b, "%d goroutines, each on its own key). Latency: lower is better; throughput: higher. ", o.parallel)
+	b.WriteString("CPU per cycle: what one parallel lock+unlock cost this process (the library's client side) and the Redis server; " +
+		"client and server share the machine's CPUs, and Redis runs every command on one thread, so these bound the throughput " +
+		"and vary less from run to run than cycles/s do.\n\n")
 	table(&b, res.rows, []column{
 		durCol("solo p50", func(r row) (time.Duration, bool) { return r.solo.pct(50), len(r.solo) > 0 }),
 		durCol("solo p99", func(r row) (time.Duration, bool) { return r.solo.pct(99), len(r.solo) > 0 }),
 		{head: "parallel cycles/s", higher: true, ratio: true,
 			get:  func(r row) (float64, bool) { return r.parallel, r.parallel > 0 },
 			show: func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+		durCol("client CPU/cycle", func(r row) (time.Duration, bool) { return r.parCPU.clientPer() }),
+		durCol("Redis CPU/cycle", func(r row) (time.Duration, bool) { return r.parCPU.serverPer() }),
 	})
 	for i, w := range o.workers {
 		at := func(r row) (contendedResult, bool) {

@@ -20,7 +20,8 @@ import (
 // hand-offs (retried on the latch, or settled), subscriptions (re-made). Leases are the
 // default 30 s and nothing blocks Redis, so no lease may run out: any second holder is a
 // bug, as is an Unlock reporting "not held" to a handle whose lease was not lost, a Lock
-// that waits out its 20 s, or a lock still held once everyone is done.
+// that waits out its 20 s, or a lock still held once everyone is done. Now and then a
+// Client also loses Redis for up to 150 ms.
 func TestChaosExclusionUnderLostReplies(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, workers, locks = 3, 4, 2
@@ -53,9 +54,12 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 		}
 
 		stop := make(chan struct{})
+		var blackholes atomic.Int64
 		var faults gosync.WaitGroup
+		seed := uint64(time.Now().UnixNano())
+		t.Logf("fault seed %d", seed)
 		faults.Go(func() {
-			rng := rand.New(rand.NewPCG(1, 2))
+			rng := rand.New(rand.NewPCG(seed, 2))
 			// A release, undo or settlement (they name the latch); any script; any command on
 			// the locks; the next request of any kind, subscriptions included.
 			markers := [][]byte{[]byte(unlockLatchPrefix), []byte("EVALSHA"), []byte("chaos:"), nil}
@@ -65,7 +69,17 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 					return
 				case <-time.After(time.Duration(3+rng.IntN(12)) * time.Millisecond):
 				}
-				proxies[rng.IntN(clients)].DropReplyAfter(markers[rng.IntN(len(markers))])
+				p := proxies[rng.IntN(clients)]
+				if rng.IntN(30) > 0 {
+					p.DropReplyAfter(markers[rng.IntN(len(markers))])
+					continue
+				}
+				// Now and then a Client loses Redis altogether for a moment: every
+				// connection breaks and redials fail, far shorter than a lease.
+				p.Blackhole(true)
+				time.Sleep(time.Duration(20+rng.IntN(130)) * time.Millisecond)
+				p.Blackhole(false)
+				blackholes.Add(1)
 			}
 		})
 
@@ -136,9 +150,9 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 		faults.Wait()
 		wg.Wait()
 
-		t.Logf("%d acquisitions (%d re-entered), %d Lock and %d Unlock errors, replies dropped: %d %d %d",
+		t.Logf("%d acquisitions (%d re-entered), %d Lock and %d Unlock errors, replies dropped: %d %d %d, %d outages",
 			acquired.Load(), nested.Load(), lockErrs.Load(), unlockErrs.Load(),
-			proxies[0].Dropped(), proxies[1].Dropped(), proxies[2].Dropped())
+			proxies[0].Dropped(), proxies[1].Dropped(), proxies[2].Dropped(), blackholes.Load())
 		for _, v := range violations {
 			t.Error(v)
 		}

@@ -63,7 +63,9 @@ var (
 	// LockSettleHandoff completes a hand-off whose outcome stayed unknown: a request of the
 	// releaser's, fenced by its latch like an unlock, that passes the releaser's hold to the
 	// heir if the release never ran: KEYS [lock, releaser's latch], ARGV [releaser,
-	// requestNumber, latchMs, heirLeaseMs, heir]. It replies 1 when the heir holds the lock,
-	// 0 when neither held it; a repeat or stale run changes nothing.
+	// requestNumber, latchMs, heirLeaseMs, heir]. It replies 1 when the lock went to the heir
+	// (the release's own mark on the latch tells whether the release ran and what it did), 0
+	// when it did not: the releaser had lost it. A repeat replies the same and a stale run
+	// changes nothing.
 	LockSettleHandoff = rueidis.NewLuaScript(lockSettleHandoff)
 )

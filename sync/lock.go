@@ -232,7 +232,7 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 		return l.leaseTTL().Milliseconds(), true, nil
 	}
 	if !isRedisErr(err) {
-		l.undo(ctx)
+		l.undo(ctx, sent, lease)
 	}
 	return 0, false, fmt.Errorf("dsync: lock %q: %w", l.name, err)
 }
@@ -268,12 +268,13 @@ func (l *Lock) leaseTTL() time.Duration {
 	return l.leaseD
 }
 
-// undo takes back the hold a lost attempt may have added, leaving the handle's own holds and
-// their lease as they were. It is a request of the handle's, numbered on its latch like an
-// unlock, so it is retried like one and a run of it reaching Redis late — after the handle
-// took a hold since — changes nothing; if every try fails, the handle carries a fence past
-// it. Like the attempt, it is awaited whatever ctx does. Caller holds l.op.
-func (l *Lock) undo(ctx context.Context) {
+// undo takes back the hold a lost attempt (sent at attemptSent with lease, 0 for the
+// watchdog's) may have added, leaving the handle's own holds and their lease as they were.
+// It is a request of the handle's, numbered on its latch like an unlock, so it is retried
+// like one and a run of it reaching Redis late — after the handle took a hold since — changes
+// nothing; if every try fails, the handle carries a fence past it. Like the attempt, it is
+// awaited whatever ctx does. Caller holds l.op.
+func (l *Lock) undo(ctx context.Context, attemptSent time.Time, lease time.Duration) {
 	ctx = context.WithoutCancel(ctx)
 	sent := time.Now()
 	var n int64
@@ -286,10 +287,42 @@ func (l *Lock) undo(ctx context.Context) {
 		l.c.log.Warn("acquire reply lost and undo failed; the lock may stay held until its lease runs out",
 			zap.String("lock", l.name), zap.String("owner", l.owner), zap.Error(err))
 		l.addFence(latchFence{key: l.latch, n: req})
+		if l.holds > 0 { // a re-entry, which may set a shorter TTL on the handle's hold
+			if lease == 0 {
+				lease = l.c.wdTimeout
+			}
+			l.distrustTTL(attemptSent, lease)
+		}
 		return
 	}
 	if n == 1 && l.holds > 0 && l.lease != nil {
 		l.lease.Reset(sent, l.leaseTTL(), l.leaseD == 0) // the undo set the TTL back to our lease
+	}
+}
+
+// distrustTTL accounts for a request of unknown outcome that may set the handle's hold's TTL
+// to ttl when it runs: at sent, or — reaching Redis late — at any time until the handle's
+// next acquire raises the latch past it. The lease is made to end by sent+ttl if that is
+// sooner (it is never moved later). When ttl is shorter than the watchdog's timeout the lease
+// is no longer renewed either, but timed: a renewal would set the long TTL back, and a late
+// run after it would cut it again while the watchdog believed in its own timeout, so that
+// Redis could drop the hold long before Lost said so. Caller holds l.op, and the handle holds
+// the lock.
+func (l *Lock) distrustTTL(sent time.Time, ttl time.Duration) {
+	lease := l.lease
+	if lease == nil {
+		return
+	}
+	d, ok := lease.Deadline()
+	if !ok {
+		return
+	}
+	if sent.Add(ttl).Before(d) {
+		lease.Reset(sent, ttl, false) // a kept lease stays kept, renewed within ttl/3
+	}
+	if ttl < l.c.wdTimeout {
+		lease.Stop()
+		lease.Lapse()
 	}
 }
 
@@ -347,6 +380,8 @@ func (l *Lock) addFence(f latchFence) {
 // is the outer one). A last hold is then no longer renewed, so it is released at the latest
 // when its lease runs out, and Lost closes then if it was still held; the handle's next
 // script sets Redis's count right, and a late run of the failed request changes nothing.
+// Nor are the remaining holds renewed when the latest one was taken with a Lease shorter
+// than the watchdog's: the failed release, running late, would set the TTL to it.
 // When Redis refuses the release (an error reply), nothing changed and the hold is kept.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if err := l.check(ctx, nil); err != nil {
@@ -401,6 +436,10 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.holds = max(l.holds-1, 0)
 		if final && lease != nil {
 			lease.Lapse()
+		} else if !final {
+			// A partial release sets the TTL to the latest hold's lease, which may end before
+			// the one the lease was last confirmed for.
+			l.distrustTTL(sent, l.leaseTTL())
 		}
 		return err
 	case err != nil:
@@ -503,8 +542,9 @@ type latchFence struct {
 // settleHandoff completes a hand-off release whose outcome stayed unknown, while h's
 // handle is still held: a request of its own (lua.LockSettleHandoff), fenced by l's latch
 // like an unlock and retried like one, passes the lock to h if the release never ran, and
-// makes any late run of the release a no-op. It reports whether h holds the lock, and
-// whether the settlement got through at all. When it did not, the caller fences l past it (l's
+// makes any late run of the release a no-op. It reports whether the lock went to h (by the
+// release, read from the latch, or by the settlement: h's lease, timed from the release's
+// send time, tells whether h still has it), and whether the settlement got through at all. When it did not, the caller fences l past it (l's
 // next acquire raises its mark, so that neither the release nor the settlement, reaching
 // Redis late, can take the hold l takes then). h needs no fence: neither script ever takes a
 // hold from h. Caller holds l.op and h's op.

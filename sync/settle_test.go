@@ -212,3 +212,33 @@ func TestHeirSeesItsHoldAtOnce(t *testing.T) {
 		must(t, h.Unlock(ctx))
 	})
 }
+
+// A hand-off release runs — the heir holds the lock, with a 150 ms lease — but its reply is
+// lost and its retries are held back, so the hand-off is settled after the heir's lease ran
+// out. The settlement reads what the release did from the latch: the releaser's Unlock
+// succeeds. (It asked Redis whether the heir held the lock, and reported ErrLockLost.)
+func TestSettleReportsTheHandoffTheReleaseMade(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const lease = 150 * time.Millisecond
+		r := startHeldRelay(t, ctx, b, "settle-reads-latch", relayOpts{heir: []LockOption{Lease(lease)}})
+		r.p.arm(heirLeaseMarker(r.h, lease), true) // every run of the hand-off release
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- r.l.Unlock(ctx) }()
+		select {
+		case err := <-r.hDone:
+			must(t, err)
+		case <-time.After(2 * time.Second):
+			r.p.disarm()
+			t.Skip("no hand-off happened (the heir was busy when the release looked for one)")
+		}
+		eventually(t, 2*time.Second, "the first run is held back", func() bool { return r.p.holding() >= 1 })
+		r.p.release() // the first run hands the lock to the heir; its reply is lost
+		err := <-unlocked
+		r.p.disarm()
+		if err != nil {
+			t.Fatalf("releaser's Unlock: %v, want nil: its release ran and handed the lock on", err)
+		}
+		eventually(t, 2*time.Second, "the heir's lease, timed from the release, runs out", func() bool { return isClosed(r.h.Lost()) })
+	})
+}

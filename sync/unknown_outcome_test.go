@@ -154,3 +154,68 @@ func TestUnlockAfterFailedOneReleasesWhatItLeft(t *testing.T) {
 		must(t, o.Unlock(ctx))
 	})
 }
+
+// A kept hold re-entered with a Lease shorter than the watchdog's, whose inner Unlock's
+// outcome stays unknown: its release, when it runs — even late, after a renewal would have
+// set the long TTL back — sets the TTL to that short lease. Redis may then drop the hold and
+// another Client take the lock, but never while the handle's Lost is open: the remaining
+// hold's lease is timed by the short lease, and no longer renewed. (A review found it kept
+// its 30 s deadline; pulling the deadline in but renewing on fails when the late run lands
+// after the renewal.)
+func TestUnknownPartialReleaseTimesHoldByItsShortLease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "unknown-partial-short"
+		const short = 1500 * time.Millisecond
+		p, l, other := heldBackHandle(t, ctx, b, name)
+		admin := b.Client(t)
+		must(t, l.Lock(ctx))
+		must(t, l.Lock(ctx, Lease(short))) // re-entry: TTL 1.5 s, still kept
+		eventually(t, 2*time.Second, "the watchdog renews the kept hold", func() bool { return pttl(t, admin, name) > 5000 })
+		failUnlockHeldBack(t, p, l, "PUBLISH") // the inner Unlock: outcome unknown
+		if l.holds != 1 {
+			t.Fatalf("holds %d after the failed inner Unlock, want 1", l.holds)
+		}
+		lost := l.Lost()
+		// Give a renewal — due within a third of the short lease, if the lease were still
+		// renewed — its chance to land before the late run does.
+		time.Sleep(short / 2)
+		p.release() // the held runs reach Redis: holds 1, PEXPIRE 1500
+		eventually(t, 10*time.Second, "another Client takes the lock once Redis dropped it", func() bool {
+			ok, err := other.Lock(name).TryLock(ctx)
+			return err == nil && ok
+		})
+		if !isClosed(lost) {
+			t.Fatal("another Client holds the lock while the handle's Lost is open")
+		}
+	})
+}
+
+// The same for a re-entry with a shorter Lease whose reply is lost and whose undo never gets
+// through: the attempt, reaching Redis late, may set the TTL to that lease, so the hold's
+// lease is timed by it and no longer renewed.
+func TestLostReentryWithShortLeaseTimesHoldByIt(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const short = 1500 * time.Millisecond
+		p, l, _ := heldBackHandle(t, ctx, b, "lost-reentry-short")
+		must(t, l.Lock(ctx))
+		p.arm("EVALSHA", true) // the re-entry's attempt and every run of its undo
+		err := l.Lock(ctx, Lease(short))
+		p.disarm()
+		if err == nil {
+			t.Fatal("the re-entry succeeded with its attempt held back")
+		}
+		if l.holds != 1 || len(l.fences) == 0 {
+			t.Fatalf("holds %d, fences %v: want the outer hold, fenced past the undo", l.holds, l.fences)
+		}
+		if d, ok := l.lease.Deadline(); !ok || time.Until(d) > short {
+			t.Fatalf("lease deadline in %v (lost %v), want within the re-entry's %v", time.Until(d), !ok, short)
+		}
+		select { // not renewed: Lost closes by the short lease
+		case <-l.Lost():
+		case <-time.After(short + 2*time.Second):
+			t.Fatal("Lost still open after the short lease: the hold is still renewed")
+		}
+	})
+}

@@ -21,11 +21,11 @@
 local n = tonumber(ARGV[2])
 local last = tonumber(redis.call('set', KEYS[2], n, 'px', ARGV[3], 'get'))
 if last and math.abs(last) >= n then
-    if math.abs(last) ~= n then -- a stale run: put the mark back
+    if last ~= n then -- a repeat of a settlement that replied 0 (-n), or a stale run
         redis.call('set', KEYS[2], last, 'px', ARGV[3])
         return 0
     end
-    return last == n and 1 or 0 -- a repeat: the first run's answer
+    return 1 -- a repeat of a settlement that replied 1
 end
 if last == n - 1 then -- the release ran and handed the lock over
     return 1

@@ -7,7 +7,9 @@
 -- lock_release.lua): a repeat of it, or a run reaching Redis after the mark has passed it —
 -- after the owner took a hold since — changes nothing.
 -- The lost attempt can only have added one hold, so one hold is taken back exactly when the
--- count is one above what the owner knew. Reply: 1 when a hold was taken back, 0 otherwise.
+-- count is one above what the owner knew. Reply: 1 when a hold was taken back, 2 when the
+-- attempt never ran and the owner holds what it knew (its TTL set again), 0 otherwise (a
+-- repeat replies 0).
 local n = tonumber(ARGV[6])
 local last = tonumber(redis.call('set', KEYS[3], ARGV[6], 'px', ARGV[7], 'get'))
 if last and math.abs(last) >= n then
@@ -17,7 +19,14 @@ if last and math.abs(last) >= n then
     return 0
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
-if count ~= tonumber(ARGV[2]) + 1 then
+local known = tonumber(ARGV[2])
+if count ~= known + 1 then
+    if count > 0 and count == known then
+        -- The attempt never ran: the owner's holds are as it knows them. Their TTL is set
+        -- again, as an undo sets it, so that the owner can time its lease from this request.
+        redis.call('pexpire', KEYS[1], ARGV[3])
+        return 2
+    end
     return 0
 end
 if count > 1 then

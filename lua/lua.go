@@ -56,8 +56,9 @@ var (
 
 	// LockUndo takes back the hold added by an acquire whose reply was lost: KEYS [lock,
 	// channel, owner's latch], ARGV [owner, holdsBefore, leaseMs, publishCmd, message,
-	// requestNumber, latchMs]. It replies 1 if it did. It is fenced by the latch like an
-	// unlock: a repeat or a late run changes nothing.
+	// requestNumber, latchMs]. It replies 1 if it did, 2 if the attempt never ran and the
+	// owner's holds are as it knew them (their TTL set again), 0 otherwise. It is fenced by
+	// the latch like an unlock: a repeat or a late run changes nothing.
 	LockUndo = rueidis.NewLuaScript(lockUndo)
 
 	// LockSettleHandoff completes a hand-off whose outcome stayed unknown: a request of the

@@ -11,16 +11,17 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/watchdog"
 )
 
 // TestChaosExclusionUnderLostReplies has several Clients contend for a few locks — local
 // hand-offs, re-entry, waiters woken by messages — while their connections keep losing
 // replies after Redis ran the command. A lost reply closes the connection, so every command
 // in flight on it fails at once, some applied and some not: acquires (undone), releases and
-// hand-offs (retried on the latch, or settled), subscriptions (re-made). Leases are the
-// default 30 s and nothing blocks Redis, so no lease may run out: any second holder is a
-// bug, as is an Unlock reporting "not held" to a handle whose lease was not lost, a Lock
-// that waits out its 20 s, or a lock still held once everyone is done. Now and then a
+// hand-offs (retried on the latch, or settled), subscriptions (re-made). Some re-entries
+// take a short explicit lease, which sets the lock's TTL. A second holder while the first
+// one's Lost is open is a bug, as is an Unlock reporting "not held" to a handle whose lease
+// was not lost, a Lock that waits out its 20 s, or a lock still held once everyone is done. Now and then a
 // Client also loses Redis for up to 150 ms.
 func TestChaosExclusionUnderLostReplies(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -41,8 +42,9 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 
 		// Who is inside each lock's critical section, and that holder's Lost channel.
 		type holder struct {
-			who  string
-			lost <-chan struct{}
+			who   string
+			lost  <-chan struct{}
+			lease *watchdog.Lease
 		}
 		var mu gosync.Mutex
 		inside := make([]*holder, locks)
@@ -115,18 +117,31 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 							lockErrs.Add(1) // a lost reply; nothing held
 							continue
 						}
-						lost := h.Lost()
+						lost, lease := h.Lost(), h.lease
+						now := time.Now()
 						mu.Lock()
+						// The holder inside is entitled to the lock until its lease's deadline,
+						// when Lost closes (a moment later: the watchdog's timer). A deadline
+						// still ahead means the watchdog believed in more than Redis had.
 						if cur := inside[k]; cur != nil && !isClosed(cur.lost) {
-							violations = append(violations, fmt.Sprintf("%s took %s while %s held it", who, names[k], cur.who))
+							if d, ok := cur.lease.Deadline(); ok && d.After(now) {
+								violations = append(violations, fmt.Sprintf("%s took %s while %s held it, its lease %v from running out",
+									who, names[k], cur.who, d.Sub(now)))
+							}
 						}
-						me := &holder{who: who, lost: lost}
+						me := &holder{who: who, lost: lost, lease: lease}
 						inside[k] = me
 						mu.Unlock()
 						acquired.Add(1)
 
 						if rng.IntN(4) == 0 { // re-enter, then drop the inner hold
-							if err := h.Lock(ctx); err == nil {
+							var opts []LockOption
+							if rng.IntN(2) == 0 {
+								// An explicit lease sets the lock's TTL to it; the outer hold,
+								// taken under the watchdog, stays kept (Redisson's rule).
+								opts = append(opts, Lease(time.Duration(200+rng.IntN(600))*time.Millisecond))
+							}
+							if err := h.Lock(ctx, opts...); err == nil {
 								nested.Add(1)
 								checkUnlock(h, lost, who+" (inner)", violate, &unlockErrs)
 							}

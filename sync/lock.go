@@ -49,6 +49,7 @@ type Lock struct {
 	unlocks uint64          // unlock requests made, which number them in the latch
 	fences  []latchFence    // latch marks the next acquire must raise before taking a hold
 	run     int             // consecutive local hand-offs that led to the current hold
+	kept    bool            // one of the current holds was taken under the watchdog
 
 	mu      gosync.Mutex    // guards lost and handing, read without waiting for an op
 	lost    <-chan struct{} // lease.Lost() of the current (or last) hold
@@ -190,8 +191,11 @@ func (l *Lock) acquire(ctx context.Context, lease, wait time.Duration) (bool, er
 	if err := l.awaitHandoff(ctx); err != nil {
 		return false, err
 	}
+	// Nor may a handle with a request of unknown outcome behind it queue behind waiters: it
+	// may hold the lock in Redis without knowing (an acquire not undone, a release that never
+	// ran), which they would wait out to its lease; its attempt adopts such a hold.
 	l.op.Lock()
-	join := l.holds == 0
+	join := l.holds == 0 && len(l.fences) == 0
 	l.op.Unlock()
 	h := &heir{l: l, lease: lease, leaseMs: leaseMs}
 	var queued *heir // nil: not to be handed the lock
@@ -211,6 +215,11 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	l.op.Lock()
 	defer l.op.Unlock()
 	sent := time.Now()
+	if l.holds > 0 && lease > 0 && l.lease != nil {
+		// A re-entry sets the TTL of the handle's hold to lease when it runs; until its
+		// outcome is known no renewal may count on more (see Lease.Distrust).
+		l.lease.Distrust(sent, lease)
+	}
 	keys := []string{l.name}
 	args := []string{leaseMs, l.owner, strconv.Itoa(l.holds)}
 	if len(l.fences) > 0 {
@@ -241,14 +250,15 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 // or timed before the caller learns it holds the lock. Caller holds l.op.
 func (l *Lock) acquired(sent time.Time, lease time.Duration, leaseMs string) {
 	if l.holds == 0 {
-		l.run = 0
+		l.run, l.kept = 0, false
 	}
 	l.holds++
 	l.leaseMs, l.leaseD = leaseMs, lease
 	keep := lease == 0
+	l.kept = l.kept || keep
 	// A lease not lost is reused from hold to hold: its Lost channel is still open, and a
 	// lock taken in a loop costs no new lease.
-	if l.lease == nil || !l.lease.Reset(sent, lease, keep) {
+	if l.lease == nil || !l.leaseSetBy(sent, l.leaseTTL()) {
 		if keep {
 			l.lease = l.c.wd.Keep(l.name, l.owner, sent)
 		} else {
@@ -268,6 +278,18 @@ func (l *Lock) leaseTTL() time.Duration {
 	return l.leaseD
 }
 
+// leaseSetBy records that a command sent at sent set the TTL of the handle's hold to ttl,
+// and reports false if the lease is already lost. A hold taken under the watchdog is kept —
+// re-entries with an explicit lease included, as Redisson does — unless a request of
+// unknown outcome may still set a shorter TTL (a fence is pending): then it stays as
+// Distrust left it. Caller holds l.op.
+func (l *Lock) leaseSetBy(sent time.Time, ttl time.Duration) bool {
+	if l.kept && len(l.fences) == 0 {
+		return l.lease.ResetKept(sent, ttl)
+	}
+	return l.lease.Reset(sent, ttl, false)
+}
+
 // undo takes back the hold a lost attempt (sent at attemptSent with lease, 0 for the
 // watchdog's) may have added, leaving the handle's own holds and their lease as they were.
 // It is a request of the handle's, numbered on its latch like an unlock, so it is retried
@@ -277,6 +299,9 @@ func (l *Lock) leaseTTL() time.Duration {
 func (l *Lock) undo(ctx context.Context, attemptSent time.Time, lease time.Duration) {
 	ctx = context.WithoutCancel(ctx)
 	sent := time.Now()
+	if l.holds > 0 && l.lease != nil {
+		l.lease.Distrust(sent, l.leaseTTL()) // the undo sets the TTL to the handle's lease
+	}
 	var n int64
 	req, err := l.fencedRequest(ctx, func(req string) (err error) {
 		n, err = lua.LockUndo.Exec(ctx, l.c.rdb, []string{l.name, l.channel, l.latch},
@@ -287,44 +312,28 @@ func (l *Lock) undo(ctx context.Context, attemptSent time.Time, lease time.Durat
 		l.c.log.Warn("acquire reply lost and undo failed; the lock may stay held until its lease runs out",
 			zap.String("lock", l.name), zap.String("owner", l.owner), zap.Error(err))
 		l.addFence(latchFence{key: l.latch, n: req})
-		if l.holds > 0 { // a re-entry, which may set a shorter TTL on the handle's hold
+		if l.holds > 0 && l.lease != nil {
+			// Reaching Redis late, the re-entry's attempt would set the TTL to its lease, and
+			// the undo to the handle's latest: the hold's lease must not count on more.
 			if lease == 0 {
 				lease = l.c.wdTimeout
 			}
-			l.distrustTTL(attemptSent, lease)
+			l.lease.Distrust(attemptSent, lease)
+			l.lease.Distrust(sent, l.leaseTTL())
 		}
 		return
 	}
-	if n == 1 && l.holds > 0 && l.lease != nil {
-		l.lease.Reset(sent, l.leaseTTL(), l.leaseD == 0) // the undo set the TTL back to our lease
+	if n != undoneNothing && l.holds > 0 && l.lease != nil {
+		l.leaseSetBy(sent, l.leaseTTL()) // the undo set the TTL back to the handle's lease
 	}
 }
 
-// distrustTTL accounts for a request of unknown outcome that may set the handle's hold's TTL
-// to ttl when it runs: at sent, or — reaching Redis late — at any time until the handle's
-// next acquire raises the latch past it. The lease is made to end by sent+ttl if that is
-// sooner (it is never moved later). When ttl is shorter than the watchdog's timeout the lease
-// is no longer renewed either, but timed: a renewal would set the long TTL back, and a late
-// run after it would cut it again while the watchdog believed in its own timeout, so that
-// Redis could drop the hold long before Lost said so. Caller holds l.op, and the handle holds
-// the lock.
-func (l *Lock) distrustTTL(sent time.Time, ttl time.Duration) {
-	lease := l.lease
-	if lease == nil {
-		return
-	}
-	d, ok := lease.Deadline()
-	if !ok {
-		return
-	}
-	if sent.Add(ttl).Before(d) {
-		lease.Reset(sent, ttl, false) // a kept lease stays kept, renewed within ttl/3
-	}
-	if ttl < l.c.wdTimeout {
-		lease.Stop()
-		lease.Lapse()
-	}
-}
+// What an undo did (lua.LockUndo).
+const (
+	undoneNothing int64 = 0 // no hold of the owner's to undo or keep, or a repeat
+	undoneHold    int64 = 1 // the attempt's hold was taken back
+	undoneKept    int64 = 2 // the attempt never ran; the owner's holds are as it knew them
+)
 
 // fencedRequest numbers the handle's next request on its latch and runs it, retrying a
 // lost reply as the same request (the latch makes a repeat a no-op) within the unlock's
@@ -409,6 +418,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		}
 	}
 	sent := time.Now()
+	if !final && lease != nil {
+		// A partial release sets the TTL to the latest hold's lease when it runs; until its
+		// outcome is known no renewal may count on more (see Lease.Distrust).
+		lease.Distrust(sent, l.leaseTTL())
+	}
 	if h != nil {
 		l.handTo(h, sent, until)
 	}
@@ -436,11 +450,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.holds = max(l.holds-1, 0)
 		if final && lease != nil {
 			lease.Lapse()
-		} else if !final {
-			// A partial release sets the TTL to the latest hold's lease, which may end before
-			// the one the lease was last confirmed for.
-			l.distrustTTL(sent, l.leaseTTL())
 		}
+		// A partial release stays distrusted (its late run may still set the TTL) until the
+		// handle's next acquire raises the latch past it and keeps the lease again.
 		return err
 	case err != nil:
 		// Redis refused the script, so nothing changed and the handle still holds the lock.
@@ -457,7 +469,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		// its last, whatever Redis counted): still held, and the script set the TTL again.
 		l.holds--
 		if lease != nil {
-			lease.Reset(sent, l.leaseTTL(), l.leaseD == 0)
+			l.leaseSetBy(sent, l.leaseTTL())
 		}
 	}
 	return nil
@@ -569,7 +581,7 @@ func (l *Lock) settleHandoff(ctx context.Context, h *heir) (handed, ok bool) {
 // was reserved.
 func (l *Lock) handTo(h *heir, sent, until time.Time) {
 	hl := h.l
-	hl.holds, hl.run = 1, l.run+1
+	hl.holds, hl.run, hl.kept = 1, l.run+1, h.lease == 0
 	hl.leaseMs, hl.leaseD = h.leaseMs, h.lease
 	// The script gives the heir its own lease (the watchdog timeout if kept), which may be
 	// shorter than what is left of the releaser's.

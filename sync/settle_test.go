@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
 )
 
 // The heir of a local hand-off holds the lock as soon as the release is sent: its Lock
@@ -240,5 +241,43 @@ func TestSettleReportsTheHandoffTheReleaseMade(t *testing.T) {
 			t.Fatalf("releaser's Unlock: %v, want nil: its release ran and handed the lock on", err)
 		}
 		eventually(t, 2*time.Second, "the heir's lease, timed from the release, runs out", func() bool { return isClosed(r.h.Lost()) })
+	})
+}
+
+// A settlement answers the same however often it runs. Its first run marks the latch n when
+// the lock went to the heir and -n when not; a repeat reads the mark in the SET … GET that
+// also writes n, so it must put -n back. (A repeat that left +n made the next one answer 1,
+// confirming the heir in a lock nobody held.)
+func TestSettleRepeatsAnswerAlike(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		rdb := b.Client(t)
+		settle := func(lock, latch string) int64 {
+			v, err := lua.LockSettleHandoff.Exec(ctx, rdb, []string{lock, latch},
+				[]string{"releaser", "2", unlockLatchMs, "30000", "heir"}).AsInt64()
+			if err != nil {
+				t.Fatalf("settle: %v", err)
+			}
+			return v
+		}
+		// The release (request 1) never ran, and the releaser had lost the lock.
+		for run := 1; run <= 3; run++ {
+			if v := settle("settle-gone", "settle-gone-latch"); v != 0 {
+				t.Fatalf("run %d of a settlement of a lost lock replied %d, want 0", run, v)
+			}
+		}
+		if exists(t, rdb, "settle-gone") {
+			t.Fatal("a settlement of a lost lock created it")
+		}
+		// The release never ran, and the releaser still holds the lock: it goes to the heir.
+		must(t, rdb.Do(ctx, rdb.B().Hset().Key("settle-held").FieldValue().FieldValue("releaser", "1").Build()).Error())
+		for run := 1; run <= 3; run++ {
+			if v := settle("settle-held", "settle-held-latch"); v != 1 {
+				t.Fatalf("run %d of a settlement that passed the hold replied %d, want 1", run, v)
+			}
+		}
+		if n, err := rdb.Do(ctx, rdb.B().Hget().Key("settle-held").Field("heir").Build()).AsInt64(); err != nil || n != 1 {
+			t.Fatalf("heir's count %d (%v), want 1", n, err)
+		}
 	})
 }

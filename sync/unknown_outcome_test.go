@@ -1,10 +1,13 @@
 package sync
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/redis/rueidis"
 )
 
 // unlockHeldBack runs l's Unlock with every request that contains marker held back in p
@@ -29,12 +32,12 @@ func failUnlockHeldBack(t *testing.T, p *holdProxy, l *Lock, marker string) {
 	}
 }
 
-// A handle whose Unlock's outcome stayed unknown and that then joins behind another local
-// waiter makes no attempt of its own, so nothing has raised its latch's mark yet: it must not
-// be handed the lock, or a late run of the failed Unlock would free the hold it was handed
-// and another Client could take the lock while the handle believes it holds it. With real
-// late runs, end to end (TestHandoffSkipsHandleWithUnknownUnlock checks the rule itself).
-func TestLateRunCannotFreeHoldOfJoinedUnsureHandle(t *testing.T) {
+// A handle whose Unlock's outcome stayed unknown and that then waits behind another local
+// waiter must not be handed the lock before its own acquire has raised its latch's mark, or
+// a late run of the failed Unlock would free the hold it was handed and another Client could
+// take the lock while the handle believes it holds it. With real late runs, end to end
+// (TestHandoffSkipsHandleWithUnknownUnlock checks the rule itself).
+func TestLateRunCannotFreeHoldOfUnsureHandle(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "unsure-heir"
@@ -58,11 +61,11 @@ func TestLateRunCannotFreeHoldOfJoinedUnsureHandle(t *testing.T) {
 		must(t, a.Lock(ctx))
 		wDone := startLock(ctx, w)
 		settled(t, c, name, 1)
-		hDone := startLock(ctx, h) // joins behind w: no attempt, so no mark raised
-		settled(t, c, name, 2)
+		hDone := startLock(ctx, h) // attempts, raising the mark, and waits, not as an heir
+		settledHeirs(t, c, name, 2, 1)
 		must(t, a.Unlock(ctx)) // hands to w
 		await(t, wDone, "w handed the lock")
-		must(t, w.Unlock(ctx)) // hands to h (at b1df03f: frees, and h takes it by its own acquire)
+		must(t, w.Unlock(ctx)) // frees; h takes it by its own acquire
 		await(t, hDone, "h took the lock")
 
 		p.release() // the failed Unlock's runs reach Redis at last
@@ -217,5 +220,95 @@ func TestLostReentryWithShortLeaseTimesHoldByIt(t *testing.T) {
 		case <-time.After(short + 2*time.Second):
 			t.Fatal("Lost still open after the short lease: the hold is still renewed")
 		}
+	})
+}
+
+// A re-entry under the watchdog of a hold whose latest lease is short: the attempt's reply is
+// lost and its undo never gets through. The undo, reaching Redis late, sets the TTL to the
+// handle's latest lease — the short one — so the hold's lease must not count on more.
+func TestLateUndoSetsTheLatestLease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "late-undo-short"
+		const short = 1500 * time.Millisecond
+		p, l, other := heldBackHandle(t, ctx, b, name)
+		admin := b.Client(t)
+		// Load the undo script, so that its held EVALSHA runs when delivered.
+		if err := lua.LockUndo.Exec(ctx, admin, []string{"warm", "warm-ch", "warm-latch"},
+			[]string{"x", "0", "1000", l.c.publishCmd, "0", "1", "1000"}).Error(); err != nil && !rueidis.IsRedisNil(err) {
+			t.Fatalf("loading the undo script: %v", err)
+		}
+		must(t, l.Lock(ctx))
+		must(t, l.Lock(ctx, Lease(short)))
+		eventually(t, 2*time.Second, "the watchdog renews the kept hold", func() bool { return pttl(t, admin, name) > 5000 })
+		p.arm("EVALSHA", true) // a re-entry's attempt and every run of its undo
+		if err := l.Lock(ctx); err == nil {
+			t.Fatal("the re-entry succeeded with its attempt held back")
+		}
+		p.disarm()
+		lost := l.Lost()
+		p.release()
+		if ms := pttl(t, admin, name); ms > short.Milliseconds() {
+			t.Skipf("the held undo did not take effect (PTTL %d ms)", ms)
+		}
+		eventually(t, 10*time.Second, "another Client takes the lock once Redis dropped it", func() bool {
+			ok, err := other.Lock(name).TryLock(ctx)
+			return err == nil && ok
+		})
+		if !isClosed(lost) {
+			t.Fatal("another Client holds the lock while the handle's Lost is open")
+		}
+	})
+}
+
+// After a failed inner Unlock ended the renewals of a kept hold, the handle's next acquire
+// raises the latch past the failed release, so the hold is kept again — also when that
+// acquire is a re-entry with an explicit lease (Redisson's rule for re-entry).
+func TestKeptAgainAfterTheFenceIsRaised(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "kept-again"
+		const short = time.Second
+		p, l, _ := heldBackHandle(t, ctx, b, name)
+		admin := b.Client(t)
+		must(t, l.Lock(ctx))
+		must(t, l.Lock(ctx, Lease(short)))
+		failUnlockHeldBack(t, p, l, "PUBLISH") // the inner Unlock: outcome unknown
+		must(t, l.Lock(ctx, Lease(short)))     // raises the latch past it
+		must(t, l.Unlock(ctx))
+		// Past several short leases: the outer hold, taken under the watchdog, is renewed.
+		time.Sleep(3 * short)
+		if isClosed(l.Lost()) || !exists(t, admin, name) {
+			t.Fatalf("the outer hold ran out (lost %v, key exists %v): not kept again", isClosed(l.Lost()), exists(t, admin, name))
+		}
+		must(t, l.Unlock(ctx))
+	})
+}
+
+// A handle whose last Unlock's outcome stayed unknown may still hold the lock in Redis (the
+// release never ran). When it locks again while a waiter of its Client queues for the lock,
+// it must not queue behind that waiter — who waits for a release only the handle can make,
+// or the lease's end — but attempt, and adopt its hold.
+func TestUnsureHandleAttemptsInsteadOfQueueing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "unsure-attempts"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr())
+		h := c.Lock(name)
+		must(t, h.Lock(ctx))
+		must(t, h.Unlock(ctx)) // warm up: scripts cached
+		must(t, h.Lock(ctx))
+		failUnlockHeldBack(t, p, h, "PUBLISH") // never delivered: h's field stays, TTL 30 s
+		w := c.Lock(name)
+		wDone := startLock(ctx, w)
+		settled(t, c, name, 1)
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if err := h.Lock(lctx); err != nil {
+			t.Fatalf("Lock of the unsure handle: %v, want its own hold adopted at once", err)
+		}
+		must(t, h.Unlock(ctx))
+		await(t, wDone, "the waiter took the lock after the handle's release")
 	})
 }

@@ -195,6 +195,52 @@ func (l *Lease) Reset(sent time.Time, lease time.Duration, keep bool) bool {
 	return true
 }
 
+// ResetKept is Reset for a lock the watchdog keeps whose TTL a command sent at sent set to
+// ttl (a re-entry with an explicit lease of a lock held under the watchdog): the deadline is
+// sent+ttl and renewals resume within a third of it, even after Distrust ended them. It
+// reports false if the lease is already lost.
+func (l *Lease) ResetKept(sent time.Time, ttl time.Duration) bool {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.isLost {
+		return false
+	}
+	if w.closed {
+		w.loseLocked(l, "watchdog closed")
+		return false
+	}
+	l.resetLocked(sent, ttl, true)
+	return true
+}
+
+// Distrust records that a command sent at sent whose outcome is unknown may set the lock's
+// TTL to ttl whenever it runs — reaching Redis late, that may be after any renewal. The
+// deadline becomes no later than sent+ttl; and when ttl is shorter than the timeout the lease
+// is no longer renewed (a renewal would not outlast such a late run) but timed, until
+// ResetKept or Reset keeps it again. A renewal in flight no longer counts. It reports false
+// if the lease is already lost.
+func (l *Lease) Distrust(sent time.Time, ttl time.Duration) bool {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.isLost {
+		return false
+	}
+	l.gen++
+	if end := sent.Add(ttl); end.Before(l.deadline) {
+		l.deadline = end
+	}
+	if ttl < w.timeout {
+		l.keep = false
+	}
+	if l.active && (w.wakeAt.IsZero() || l.deadline.Before(w.wakeAt)) {
+		w.wakeAt = l.deadline
+		w.poke()
+	}
+	return true
+}
+
 func (l *Lease) resetLocked(sent time.Time, lease time.Duration, keep bool) {
 	w := l.w
 	l.keep = keep

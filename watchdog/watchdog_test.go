@@ -809,3 +809,50 @@ func TestDeadlineAndLose(t *testing.T) {
 		t.Fatal("Reset revived a lost lease")
 	}
 }
+
+// Distrust caps the deadline by a TTL a command of unknown outcome may set, never moves it
+// later, and ends the renewals when that TTL is shorter than the timeout, so Lost closes by
+// it; ResetKept resumes them.
+func TestDistrustAndResetKept(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	f := newFake(nil)
+	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
+	l := w.Keep("k", "o", time.Now())
+	f.waitRenewals(t, "k", 1)
+
+	before, _ := l.Deadline()
+	if !l.Distrust(time.Now(), timeout) { // no shorter than the timeout: nothing changes
+		t.Fatal("Distrust reported a live lease lost")
+	}
+	if d, _ := l.Deadline(); d.After(before) {
+		t.Fatalf("Distrust moved the deadline later by %v", d.Sub(before))
+	}
+	f.waitRenewals(t, "k", 2) // still renewed
+
+	sent := time.Now()
+	l.Distrust(sent, timeout/3)
+	if d, ok := l.Deadline(); !ok || d.After(sent.Add(timeout/3)) {
+		t.Fatalf("deadline %v after sent, want at most %v", d.Sub(sent), timeout/3)
+	}
+	n := len(f.renewals("k"))
+	select {
+	case <-l.Lost():
+	case <-time.After(waitFor):
+		t.Fatal("a distrusted lease did not run out")
+	}
+	if got := len(f.renewals("k")); got != n {
+		t.Fatalf("%d renewals after Distrust, want none", got-n)
+	}
+
+	m := w.Keep("m", "o", time.Now())
+	m.Distrust(time.Now(), timeout/3)
+	if !m.ResetKept(time.Now(), timeout/3) {
+		t.Fatal("ResetKept reported a live lease lost")
+	}
+	f.waitRenewals(t, "m", 1) // renewed again, within a third of the TTL
+	time.Sleep(timeout / 2)
+	if isClosed(m.Lost()) {
+		t.Fatal("a lease kept again by ResetKept ran out")
+	}
+}

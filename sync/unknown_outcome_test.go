@@ -312,3 +312,52 @@ func TestUnsureHandleAttemptsInsteadOfQueueing(t *testing.T) {
 		await(t, wDone, "the waiter took the lock after the handle's release")
 	})
 }
+
+// A kept hold re-entered with a short Lease is renewed: Redis has 30 s, and the watchdog's
+// next renewal is an interval away. The inner Unlock's partial release then sets the TTL to
+// the short lease — and its reply is lost, the retries fail. Redis drops the hold when the
+// short lease runs out, and another Client takes the lock: by then the handle's lease must
+// have run out too (its deadline is judged, not Lost, which closes a moment after it). It
+// trusted the renewal's 30 s until the Unlock returned, too late; now the lease is distrusted
+// before the release is sent.
+func TestPartialReleaseAfterRenewalIsTimedFromItsSend(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "partial-after-renewal"
+		const short = 200 * time.Millisecond
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithLocalHandoff(0))
+		other, _ := newClient(t, b.Addr)
+		admin := b.Client(t)
+		l := c.Lock(name)
+		must(t, l.Lock(ctx))
+		must(t, l.Lock(ctx, Lease(short)))
+		eventually(t, 2*time.Second, "a renewal confirmed 30 s", func() bool {
+			d, ok := l.lease.Deadline()
+			return ok && time.Until(d) > 5*time.Second
+		})
+		warm := c.Lock("warm-up") // load the release script, so the dropped EVALSHA runs
+		must(t, warm.Lock(ctx))
+		must(t, warm.Unlock(ctx))
+
+		proxy.DropReplyAfter([]byte("PUBLISH"))
+		errc := make(chan error, 1)
+		go func() { errc <- l.Unlock(ctx) }()
+		eventually(t, 5*time.Second, "the partial release ran", func() bool {
+			n, err := admin.Do(ctx, admin.B().Hget().Key(name).Field(l.Owner()).Build()).AsInt64()
+			return err == nil && n == 1
+		})
+		proxy.Blackhole(true) // the retries fail
+		var took time.Time
+		eventually(t, 5*time.Second, "another Client takes the lock once Redis dropped it", func() bool {
+			ok, err := other.Lock(name).TryLock(ctx)
+			took = time.Now()
+			return err == nil && ok
+		})
+		if d, ok := l.lease.Deadline(); ok && d.After(took) {
+			t.Errorf("another Client took the lock while the handle's lease had %v to run", d.Sub(took))
+		}
+		proxy.Blackhole(false)
+		<-errc
+	})
+}

@@ -8,15 +8,17 @@
 -- after the owner took a hold since — changes nothing.
 -- The lost attempt can only have added one hold, so one hold is taken back exactly when the
 -- count is one above what the owner knew. Reply: 1 when a hold was taken back, 2 when the
--- attempt never ran and the owner holds what it knew (its TTL set again), 0 otherwise (a
--- repeat replies 0).
+-- attempt never ran and the owner holds what it knew (its TTL set again), 0 otherwise. The
+-- mark is n when the undo set the owner's TTL and -n when it did nothing, so a repeat
+-- replies 1 or 0 alike.
 local n = tonumber(ARGV[6])
 local last = tonumber(redis.call('set', KEYS[3], ARGV[6], 'px', ARGV[7], 'get'))
 if last and math.abs(last) >= n then
-    if last ~= n then
+    if last ~= n then -- a repeat of an undo that did nothing (-n), or a stale run
         redis.call('set', KEYS[3], last, 'px', ARGV[7])
+        return 0
     end
-    return 0
+    return 1 -- a repeat of an undo that set the owner's TTL (it replied 1 or 2)
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
 local known = tonumber(ARGV[2])
@@ -27,6 +29,7 @@ if count ~= known + 1 then
         redis.call('pexpire', KEYS[1], ARGV[3])
         return 2
     end
+    redis.call('set', KEYS[3], -n, 'px', ARGV[7])
     return 0
 end
 if count > 1 then

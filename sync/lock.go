@@ -215,10 +215,11 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	l.op.Lock()
 	defer l.op.Unlock()
 	sent := time.Now()
+	var trust watchdog.Trust
 	if l.holds > 0 && lease > 0 && l.lease != nil {
 		// A re-entry sets the TTL of the handle's hold to lease when it runs; until its
 		// outcome is known no renewal may count on more (see Lease.Distrust).
-		l.lease.Distrust(sent, lease)
+		trust = l.lease.Distrust(sent, lease)
 	}
 	keys := []string{l.name}
 	args := []string{leaseMs, l.owner, strconv.Itoa(l.holds)}
@@ -242,6 +243,8 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	}
 	if !isRedisErr(err) {
 		l.undo(ctx, sent, lease)
+	} else if l.lease != nil {
+		l.lease.Restore(trust) // refused: the attempt changed nothing
 	}
 	return 0, false, fmt.Errorf("dsync: lock %q: %w", l.name, err)
 }
@@ -281,10 +284,13 @@ func (l *Lock) leaseTTL() time.Duration {
 // leaseSetBy records that a command sent at sent set the TTL of the handle's hold to ttl,
 // and reports false if the lease is already lost. A hold taken under the watchdog is kept —
 // re-entries with an explicit lease included, as Redisson does — unless a request of
-// unknown outcome may still set a shorter TTL (a fence is pending): then it stays as
-// Distrust left it. Caller holds l.op.
+// unknown outcome may still set a shorter TTL (a fence is pending): then its deadline may
+// only come down. Caller holds l.op.
 func (l *Lock) leaseSetBy(sent time.Time, ttl time.Duration) bool {
-	if l.kept && len(l.fences) == 0 {
+	switch {
+	case len(l.fences) > 0: // a request of unknown outcome may still set a shorter TTL
+		return !l.lease.Distrust(sent, ttl).LeaseLost()
+	case l.kept:
 		return l.lease.ResetKept(sent, ttl)
 	}
 	return l.lease.Reset(sent, ttl, false)
@@ -323,6 +329,7 @@ func (l *Lock) undo(ctx context.Context, attemptSent time.Time, lease time.Durat
 		}
 		return
 	}
+	l.latchPassed()
 	if n != undoneNothing && l.holds > 0 && l.lease != nil {
 		l.leaseSetBy(sent, l.leaseTTL()) // the undo set the TTL back to the handle's lease
 	}
@@ -352,6 +359,13 @@ func (l *Lock) fencedRequest(ctx context.Context, run func(req string) error) (s
 		backoff *= 2
 	}
 	return req, err
+}
+
+// latchPassed records that a request on the handle's latch ran: its mark is past every
+// earlier request, whose late runs now change nothing, so no fence is needed for them any
+// more. (The only fences so far are on the handle's own latch.) Caller holds l.op.
+func (l *Lock) latchPassed() {
+	l.fences = l.fences[:0]
 }
 
 // ensureLatch makes the handle's latch key at its first use. Caller holds l.op.
@@ -418,10 +432,11 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		}
 	}
 	sent := time.Now()
+	var trust watchdog.Trust
 	if !final && lease != nil {
 		// A partial release sets the TTL to the latest hold's lease when it runs; until its
 		// outcome is known no renewal may count on more (see Lease.Distrust).
-		lease.Distrust(sent, l.leaseTTL())
+		trust = lease.Distrust(sent, l.leaseTTL())
 	}
 	if h != nil {
 		l.handTo(h, sent, until)
@@ -460,6 +475,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		// here): the lock is released by its lease at the latest unless Unlock is called again.
 		if final && lease != nil {
 			lease.Lapse()
+		} else if lease != nil {
+			lease.Restore(trust)
 		}
 		return err
 	case outcome != releasedKept: // the handle's last hold, freed or handed on; its lease is stopped
@@ -512,8 +529,10 @@ func (l *Lock) release(ctx context.Context, h *heir) (int64, error) {
 		v, err := lua.LockRelease.Exec(ctx, l.c.rdb, keys, args).AsInt64()
 		switch {
 		case err == nil:
+			l.latchPassed()
 			return v, nil
 		case rueidis.IsRedisNil(err):
+			l.latchPassed()
 			return 0, fmt.Errorf("%w: lock %q, owner %s", ErrNotHeld, l.name, l.owner)
 		}
 		if isRedisErr(err) || attempt == unlockAttempts || time.Since(start)+backoff > unlockBudget ||
@@ -568,6 +587,7 @@ func (l *Lock) settleHandoff(ctx context.Context, h *heir) (handed, ok bool) {
 		return err
 	})
 	if err == nil {
+		l.latchPassed()
 		return v == 1, true
 	}
 	l.c.log.Warn("hand-off outcome unknown and not settled; the lock may stay held until its lease runs out",

@@ -218,15 +218,16 @@ func (l *Lease) ResetKept(sent time.Time, ttl time.Duration) bool {
 // TTL to ttl whenever it runs — reaching Redis late, that may be after any renewal. The
 // deadline becomes no later than sent+ttl; and when ttl is shorter than the timeout the lease
 // is no longer renewed (a renewal would not outlast such a late run) but timed, until
-// ResetKept or Reset keeps it again. A renewal in flight no longer counts. It reports false
-// if the lease is already lost.
-func (l *Lease) Distrust(sent time.Time, ttl time.Duration) bool {
+// ResetKept or Reset keeps it again. A renewal in flight no longer counts. It returns the
+// lease's state before, for Restore when the command turns out not to have run.
+func (l *Lease) Distrust(sent time.Time, ttl time.Duration) Trust {
 	w := l.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if l.isLost {
-		return false
+		return Trust{}
 	}
+	t := Trust{deadline: l.deadline, keep: l.keep, gen: l.gen, ok: true}
 	l.gen++
 	if end := sent.Add(ttl); end.Before(l.deadline) {
 		l.deadline = end
@@ -238,7 +239,30 @@ func (l *Lease) Distrust(sent time.Time, ttl time.Duration) bool {
 		w.wakeAt = l.deadline
 		w.poke()
 	}
-	return true
+	return t
+}
+
+// Trust is a lease's state before Distrust.
+type Trust struct {
+	deadline time.Time
+	keep     bool
+	gen      uint64
+	ok       bool
+}
+
+// LeaseLost reports whether the lease was already lost when Distrust returned t.
+func (t Trust) LeaseLost() bool { return !t.ok }
+
+// Restore undoes the Distrust that returned t — for a command Redis refused, which changed
+// nothing — unless the lease has changed since (been reset, stopped or lost).
+func (l *Lease) Restore(t Trust) {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !t.ok || l.isLost || !l.active || l.gen != t.gen+1 {
+		return
+	}
+	l.deadline, l.keep = t.deadline, t.keep
 }
 
 func (l *Lease) resetLocked(sent time.Time, lease time.Duration, keep bool) {

@@ -822,7 +822,7 @@ func TestDistrustAndResetKept(t *testing.T) {
 	f.waitRenewals(t, "k", 1)
 
 	before, _ := l.Deadline()
-	if !l.Distrust(time.Now(), timeout) { // no shorter than the timeout: nothing changes
+	if tr := l.Distrust(time.Now(), timeout); !tr.ok { // no shorter than the timeout: nothing changes
 		t.Fatal("Distrust reported a live lease lost")
 	}
 	if d, _ := l.Deadline(); d.After(before) {
@@ -846,6 +846,11 @@ func TestDistrustAndResetKept(t *testing.T) {
 	}
 
 	m := w.Keep("m", "o", time.Now())
+	before, _ = m.Deadline()
+	m.Restore(m.Distrust(time.Now(), timeout/3)) // a refused command: as it was
+	if d, _ := m.Deadline(); !d.Equal(before) {
+		t.Fatalf("Restore left the deadline %v from where it was", d.Sub(before))
+	}
 	m.Distrust(time.Now(), timeout/3)
 	if !m.ResetKept(time.Now(), timeout/3) {
 		t.Fatal("ResetKept reported a live lease lost")

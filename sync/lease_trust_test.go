@@ -1,0 +1,143 @@
+package sync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/redis/rueidis"
+)
+
+// realOnly skips a test on miniredis.
+func realOnly(t *testing.T, b *redistest.Backend) {
+	if b.Name != redistest.NameRedis {
+		t.Skip("needs real Redis")
+	}
+}
+
+// oom makes Redis refuse writes (maxmemory 1) or accept them again.
+func oom(t *testing.T, ctx context.Context, admin rueidis.Client, on bool) {
+	v := "0"
+	if on {
+		v = "1"
+	}
+	must(t, admin.Do(ctx, admin.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error())
+}
+
+// A partial release that Redis refuses (OOM) changed nothing: the lease, distrusted while
+// the release was in flight, is as it was — kept — not left timed by the short lease.
+// (Needs CONFIG SET, so real Redis only.)
+func TestRefusedPartialReleaseKeepsLease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		realOnly(t, b)
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		c, _ := newClient(t, b.Addr, WithLocalHandoff(0))
+		l := c.Lock("refused-partial")
+		must(t, l.Lock(ctx))
+		must(t, l.Lock(ctx, Lease(time.Second)))
+		time.Sleep(500 * time.Millisecond) // a renewal ran: Redis has 30 s
+		oom(t, ctx, admin, true)
+		err := l.Unlock(ctx)
+		oom(t, ctx, admin, false)
+		if err == nil {
+			t.Fatal("Unlock succeeded under OOM")
+		}
+		t.Logf("refused: %v", err)
+		time.Sleep(1500 * time.Millisecond)
+		ok, _ := l.IsHeld(ctx)
+		if isClosed(l.Lost()) {
+			t.Errorf("Lost closed on a healthy kept hold after a refused partial release (IsHeld %v)", ok)
+		}
+	})
+}
+
+// The same for a re-entry with a short Lease that Redis refuses.
+func TestRefusedShortReentryKeepsLease(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		realOnly(t, b)
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		c, _ := newClient(t, b.Addr, WithLocalHandoff(0))
+		l := c.Lock("refused-reentry")
+		must(t, l.Lock(ctx))
+		oom(t, ctx, admin, true)
+		_, err := l.TryLock(ctx, Lease(time.Second))
+		oom(t, ctx, admin, false)
+		if err == nil {
+			t.Fatal("TryLock succeeded under OOM")
+		}
+		t.Logf("refused: %v", err)
+		time.Sleep(1500 * time.Millisecond)
+		ok, _ := l.IsHeld(ctx)
+		if isClosed(l.Lost()) {
+			t.Errorf("Lost closed on a healthy kept hold after a refused re-entry (IsHeld %v)", ok)
+		}
+	})
+}
+
+// A re-entry with a short Lease loses its reply; the undo's first run takes the hold back and
+// sets the TTL, and its reply is lost too. The retry is a repeat: it must answer what the
+// first run did (the latch mark is signed), so the lease is kept again, not left timed by the
+// short lease on a healthy hold.
+func TestUndoRepeatAnswersLikeItsFirstRun(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		realOnly(t, b)
+		ctx := testCtx(t, 20*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithLocalHandoff(0))
+		l := c.Lock("undo-repeat")
+		must(t, l.Lock(ctx))
+		// load the undo script
+		must(t, lua.LockUndo.Exec(ctx, c.rdb, []string{"w", lockChannel("w"), "w-latch"},
+			[]string{"x", "0", "1000", c.publishCmd, "0", "1", "1000"}).Error())
+		owner := []byte(l.Owner())
+		proxy.DropReplyAfter(owner) // the re-entry
+		go func() {
+			for proxy.Dropped() < 1 {
+				time.Sleep(50 * time.Microsecond)
+			}
+			proxy.DropReplyAfter([]byte("PUBLISH")) // the undo's first run
+		}()
+		_, err := l.TryLock(ctx, Lease(time.Second))
+		if err == nil || proxy.Dropped() != 2 {
+			t.Fatalf("TryLock err %v, dropped %d; want an error and 2 drops", err, proxy.Dropped())
+		}
+		if n, _ := l.HoldCount(ctx); n != 1 {
+			t.Fatalf("hold count %d, want 1", n)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if isClosed(l.Lost()) {
+			ok, _ := l.IsHeld(ctx)
+			t.Errorf("Lost closed on a healthy kept hold after an undo whose repeat replied 0 (IsHeld %v)", ok)
+		}
+	})
+}
+
+// An unknown partial release leaves a fence and a distrusted lease; a later partial release
+// that runs moves the latch mark past the failed one, so nothing can cut the TTL any more:
+// the kept outer hold is kept again, not left to expire.
+func TestLatchPassedKeepsLeaseAgain(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		realOnly(t, b)
+		ctx := testCtx(t, 30*time.Second)
+		p, l, _ := heldBackHandle(t, ctx, b, "neutralised")
+		must(t, l.Lock(ctx))
+		must(t, l.Lock(ctx, Lease(time.Second)))
+		must(t, l.Lock(ctx, Lease(time.Second)))
+		p.arm("PUBLISH", true)
+		if err := l.Unlock(ctx); err == nil {
+			t.Fatal("Unlock succeeded with every run held back")
+		}
+		p.disarm()
+		must(t, l.Unlock(ctx)) // partial: the latch mark passes the failed one; nothing can cut the TTL now
+		time.Sleep(1500 * time.Millisecond)
+		held, _ := l.IsHeld(ctx)
+		if isClosed(l.Lost()) || !held {
+			t.Errorf("the kept outer hold expired (IsHeld %v, Lost %v) though no request of unknown outcome can act any more", held, isClosed(l.Lost()))
+		}
+		p.release()
+	})
+}

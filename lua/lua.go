@@ -14,6 +14,8 @@ import (
 var (
 	//go:embed lock_acquire.lua
 	lockAcquire string
+	//go:embed lock_reenter.lua
+	lockReenter string
 	//go:embed lock_release.lua
 	lockRelease string
 	//go:embed lock_force_release.lua
@@ -33,6 +35,12 @@ var (
 	// latch's mark to its number, so that requests of unknown outcome up to it change nothing
 	// if they reach Redis later.
 	LockAcquire = rueidis.NewLuaScript(lockAcquire)
+
+	// LockReenter re-enters a held reentrant lock with an explicit lease, as a request
+	// numbered on the owner's latch: KEYS [lock, owner's latch], ARGV [leaseMs, owner,
+	// holdsKnown, latchMs, requestNumber]. It replies as LockAcquire, or -3 for a run whose
+	// number the latch has passed (a late run), which changes nothing.
+	LockReenter = rueidis.NewLuaScript(lockReenter)
 
 	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
 	// lock is freed: KEYS [lock, channel, owner's latch], ARGV [message, leaseMs, owner,

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -149,5 +150,46 @@ func TestLatchPassedKeepsLeaseAgain(t *testing.T) {
 			t.Errorf("the kept outer hold expired (IsHeld %v, Lost %v) though no request of unknown outcome can act any more", held, isClosed(l.Lost()))
 		}
 		p.release()
+	})
+}
+
+// A re-entry with a short Lease loses its reply and its undo fails; a later partial release
+// runs, so the fences are dropped and the lease is kept again. Then the re-entry's first run
+// reaches Redis. It is numbered on the latch (lock_reenter.lua), so it finds its number passed
+// and changes nothing; an un-numbered one cut the TTL to its short lease, and another Client
+// took the lock while the handle's Lost was open (found by a review).
+func TestLateShortReentryChangesNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "late-short-reentry"
+		p, l, other := heldBackHandle(t, ctx, b, name)
+		// Load the scripts whose held runs must run when delivered.
+		if err := lua.LockUndo.Exec(ctx, l.c.rdb, []string{"warm-undo", lockChannel("warm-undo"), "warm-undo-latch"},
+			[]string{"x", "0", "1000", l.c.publishCmd, "0", "1", "1000"}).Error(); err != nil && !rueidis.IsRedisNil(err) {
+			t.Fatal(err)
+		}
+		if err := lua.LockReenter.Exec(ctx, l.c.rdb, []string{"warm-reenter", "warm-reenter-latch"},
+			[]string{"1000", "x", "0", "1000", "1"}).Error(); err != nil && !rueidis.IsRedisNil(err) {
+			t.Fatal(err)
+		}
+		must(t, l.Lock(ctx))
+		must(t, l.Lock(ctx)) // two holds, kept
+		p.arm(l.Owner(), true)
+		if _, err := l.TryLock(ctx, Lease(time.Second)); err == nil {
+			t.Fatal("the re-entry succeeded with its requests held back")
+		}
+		p.disarm()
+		must(t, l.Unlock(ctx)) // partial: the latch passes the re-entry and its undo
+		if n := deliverHeldIf(t, p, func(d []byte) bool { return !bytes.Contains(d, []byte("PUBLISH")) }); n != 1 {
+			t.Fatalf("%d held re-entries delivered, want 1", n)
+		}
+		time.Sleep(2 * time.Second) // past the re-entry's lease
+		if ok, err := other.Lock(name).TryLock(ctx); err != nil || ok {
+			t.Fatalf("another Client took the lock (%v, %v) while the handle holds it: the late re-entry cut its TTL", ok, err)
+		}
+		if isClosed(l.Lost()) {
+			t.Fatal("the handle's lease was lost")
+		}
+		must(t, l.Unlock(ctx))
 	})
 }

@@ -221,20 +221,34 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 		// outcome is known no renewal may count on more (see Lease.Distrust).
 		trust = l.lease.Distrust(sent, lease)
 	}
-	keys := []string{l.name}
-	args := []string{leaseMs, l.owner, strconv.Itoa(l.holds)}
-	if len(l.fences) > 0 {
-		args = append(args, unlockLatchMs)
-		for _, f := range l.fences {
-			keys = append(keys, f.key)
-			args = append(args, f.n)
+	var ttl int64
+	var err error
+	if l.holds > 0 && lease > 0 {
+		// Numbered on the latch, so that a late run of it changes nothing (lock_reenter.lua);
+		// its mark passes every fence.
+		l.ensureLatch()
+		l.unlocks++
+		ttl, err = lua.LockReenter.Exec(context.WithoutCancel(ctx), l.c.rdb, []string{l.name, l.latch},
+			[]string{leaseMs, l.owner, strconv.Itoa(l.holds), unlockLatchMs, strconv.FormatUint(l.unlocks, 10)}).AsInt64()
+	} else {
+		keys := []string{l.name}
+		args := []string{leaseMs, l.owner, strconv.Itoa(l.holds)}
+		if len(l.fences) > 0 {
+			args = append(args, unlockLatchMs)
+			for _, f := range l.fences {
+				keys = append(keys, f.key)
+				args = append(args, f.n)
+			}
 		}
+		ttl, err = lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, keys, args).AsInt64()
 	}
-	ttl, err := lua.LockAcquire.Exec(context.WithoutCancel(ctx), l.c.rdb, keys, args).AsInt64()
 	if err == nil || rueidis.IsRedisNil(err) {
 		l.fences = l.fences[:0]
 	}
 	switch {
+	case err == nil && ttl == reenterPassed:
+		// Only a late run finds its number passed; this one was sent just now.
+		return 0, false, fmt.Errorf("dsync: lock %q: re-entry found its request passed on the latch", l.name)
 	case err == nil:
 		return ttl, false, nil
 	case rueidis.IsRedisNil(err):
@@ -334,6 +348,9 @@ func (l *Lock) undo(ctx context.Context, attemptSent time.Time, lease time.Durat
 		l.leaseSetBy(sent, l.leaseTTL()) // the undo set the TTL back to the handle's lease
 	}
 }
+
+// reenterPassed is lua.LockReenter's reply for a run whose number the latch has passed.
+const reenterPassed int64 = -3
 
 // What an undo did (lua.LockUndo).
 const (

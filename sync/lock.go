@@ -297,14 +297,11 @@ func (l *Lock) leaseTTL() time.Duration {
 
 // leaseSetBy records that a command sent at sent set the TTL of the handle's hold to ttl,
 // and reports false if the lease is already lost. A hold taken under the watchdog is kept —
-// re-entries with an explicit lease included, as Redisson does — unless a request of
-// unknown outcome may still set a shorter TTL (a fence is pending): then its deadline may
-// only come down. Caller holds l.op.
+// re-entries with an explicit lease included, as Redisson does. Every caller has just had a
+// request on the handle's latch (or an acquire raising its fences) run, so no request of
+// unknown outcome can set a shorter TTL any more. Caller holds l.op.
 func (l *Lock) leaseSetBy(sent time.Time, ttl time.Duration) bool {
-	switch {
-	case len(l.fences) > 0: // a request of unknown outcome may still set a shorter TTL
-		return !l.lease.Distrust(sent, ttl).LeaseLost()
-	case l.kept:
+	if l.kept {
 		return l.lease.ResetKept(sent, ttl)
 	}
 	return l.lease.Reset(sent, ttl, false)

@@ -178,21 +178,10 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 // deadline is the TTL Redis now has, and it is renewed within a third of it. Reset also
 // resumes a stopped lease. It reports false if the lease is already lost.
 func (l *Lease) Reset(sent time.Time, lease time.Duration, keep bool) bool {
-	w := l.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if l.isLost {
-		return false
-	}
-	if w.closed {
-		w.loseLocked(l, "watchdog closed")
-		return false
-	}
 	if keep {
-		lease = w.timeout
+		lease = l.w.timeout
 	}
-	l.resetLocked(sent, lease, keep || (l.keep && l.active))
-	return true
+	return l.reset(sent, lease, keep, true)
 }
 
 // ResetKept is Reset for a lock the watchdog keeps whose TTL a command sent at sent set to
@@ -200,6 +189,11 @@ func (l *Lease) Reset(sent time.Time, lease time.Duration, keep bool) bool {
 // sent+ttl and renewals resume within a third of it, even after Distrust ended them. It
 // reports false if the lease is already lost.
 func (l *Lease) ResetKept(sent time.Time, ttl time.Duration) bool {
+	return l.reset(sent, ttl, true, false)
+}
+
+// reset is Reset and ResetKept: the lease is kept if keep, or if stayKept and it is kept now.
+func (l *Lease) reset(sent time.Time, ttl time.Duration, keep, stayKept bool) bool {
 	w := l.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -210,7 +204,7 @@ func (l *Lease) ResetKept(sent time.Time, ttl time.Duration) bool {
 		w.loseLocked(l, "watchdog closed")
 		return false
 	}
-	l.resetLocked(sent, ttl, true)
+	l.resetLocked(sent, ttl, keep || (stayKept && l.keep && l.active))
 	return true
 }
 

@@ -216,16 +216,16 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	defer l.op.Unlock()
 	sent := time.Now()
 	var trust watchdog.Trust
-	if l.holds > 0 && lease > 0 && l.lease != nil {
-		// A re-entry sets the TTL of the handle's hold to lease when it runs; until its
-		// outcome is known no renewal may count on more (see Lease.Distrust).
-		trust = l.lease.Distrust(sent, lease)
-	}
 	var ttl int64
 	var err error
 	if l.holds > 0 && lease > 0 {
-		// Numbered on the latch, so that a late run of it changes nothing (lock_reenter.lua);
-		// its mark passes every fence.
+		// A re-entry sets the TTL of the handle's hold to lease when it runs: until its
+		// outcome is known no renewal may count on more (see Lease.Distrust). It is numbered
+		// on the latch, so that a late run of it changes nothing (lock_reenter.lua); its mark
+		// passes every fence.
+		if l.lease != nil {
+			trust = l.lease.Distrust(sent, lease)
+		}
 		l.ensureLatch()
 		l.unlocks++
 		ttl, err = lua.LockReenter.Exec(context.WithoutCancel(ctx), l.c.rdb, []string{l.name, l.latch},
@@ -480,8 +480,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		if final && lease != nil {
 			lease.Lapse()
 		}
-		// A partial release stays distrusted (its late run may still set the TTL) until the
-		// handle's next acquire raises the latch past it and keeps the lease again.
+		// A partial release stays distrusted (its late run may still set the TTL) until a
+		// later request on the handle's latch runs, or its next acquire raises the latch past
+		// it, and the lease is kept again.
 		return err
 	case err != nil:
 		// Redis refused the script, so nothing changed and the handle still holds the lock.
@@ -589,9 +590,10 @@ type latchFence struct {
 // like an unlock and retried like one, passes the lock to h if the release never ran, and
 // makes any late run of the release a no-op. It reports whether the lock went to h (by the
 // release, read from the latch, or by the settlement: h's lease, timed from the release's
-// send time, tells whether h still has it), and whether the settlement got through at all. When it did not, the caller fences l past it (l's
-// next acquire raises its mark, so that neither the release nor the settlement, reaching
-// Redis late, can take the hold l takes then). h needs no fence: neither script ever takes a
+// send time, tells whether h still has it), and whether the settlement got through at all.
+// When it did not, the caller fences l past it (l's next acquire raises its mark, so that
+// neither the release nor the settlement, reaching Redis late, can take the hold l takes
+// then). h needs no fence: neither script ever takes a
 // hold from h. Caller holds l.op and h's op.
 func (l *Lock) settleHandoff(ctx context.Context, h *heir) (handed, ok bool) {
 	var v int64

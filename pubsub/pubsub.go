@@ -12,6 +12,7 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -82,6 +83,7 @@ type Mux struct {
 	channels map[string]*channel
 	dirty    map[string]struct{}
 	closed   bool
+	err      error // why the Mux stopped: ErrClosed, or the rueidis client closed
 
 	kick chan struct{} // the run loop has work in dirty
 	stop chan struct{}
@@ -145,7 +147,7 @@ func (m *Mux) Subscribe(name string, policy Policy) (*Waiter, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, ErrClosed
+		return nil, m.err
 	}
 	ch := m.channels[name]
 	if ch == nil {
@@ -313,10 +315,38 @@ func (m *Mux) Close() {
 		return
 	}
 	m.closed = true
+	m.err = ErrClosed
 	m.mu.Unlock()
 	close(m.stop)
 	m.cancel()
 	<-m.done
+}
+
+// Done is closed when the Mux has stopped for good: Close was called, or its rueidis client
+// was closed. Waiters should watch it: no message will wake them any more.
+func (m *Mux) Done() <-chan struct{} { return m.done }
+
+// Err returns why the Mux stopped (ErrClosed, or an error wrapping rueidis.ErrClosing when
+// its client was closed), or nil while it runs.
+func (m *Mux) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// clientClosed stops the Mux when its rueidis client is closed: nothing can be subscribed
+// any more. It reports whether err says so.
+func (m *Mux) clientClosed(err error) bool {
+	if !errors.Is(err, rueidis.ErrClosing) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.closed = true
+		m.err = fmt.Errorf("pubsub: %w", err)
+	}
+	return true
 }
 
 // onMessage runs on rueidis's reader goroutine; it must not block.
@@ -376,6 +406,9 @@ func (m *Mux) run() {
 		case <-m.kick:
 		case <-retry.C:
 		case err := <-broken:
+			if m.clientClosed(err) {
+				return
+			}
 			m.log.Warn("pubsub connection lost; resubscribing", zap.Error(err))
 			c.dc.Close()
 			c = nil
@@ -385,6 +418,14 @@ func (m *Mux) run() {
 		if err == nil {
 			backoff = 0
 			continue
+		}
+		if m.clientClosed(err) {
+			return
+		}
+		select {
+		case <-m.stop: // Close cancelled the command; nothing to retry or report
+			return
+		default:
 		}
 		if c != nil && !isRedisErr(err) {
 			c.dc.Close()

@@ -55,6 +55,7 @@ type config struct {
 	id              string
 	mode            PubSubMode
 	maxHandoff      int
+	retryBudget     time.Duration
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog
@@ -107,6 +108,26 @@ func WithPubSubMode(mode PubSubMode) Option {
 	}
 }
 
+// DefaultRetryBudget is how long a request is repeated while its reply is lost or Redis says
+// it did not run it (see WithRetryBudget).
+const DefaultRetryBudget = 10 * time.Second
+
+// WithRetryBudget sets how long a request is repeated, with backoff from 20 ms to 1 s, while
+// its reply is lost to the network or Redis refuses it without running it (LOADING, BUSY,
+// TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY). Every request is safe to repeat. A request
+// still without a reply after it fails with ErrOutcomeUnknown. Acquisitions also stop
+// repeating when their context ends; releases do not. Default DefaultRetryBudget; it must
+// not be negative (0: one try).
+func WithRetryBudget(budget time.Duration) Option {
+	return func(c *config) error {
+		if budget < 0 {
+			return invalid("retry budget", "must be >= 0, got %v", budget)
+		}
+		c.retryBudget = budget
+		return nil
+	}
+}
+
 // DefaultLocalHandoff is how many times in a row a lock may be handed from one local handle
 // to the next before it is freed for every Client to race for (see WithLocalHandoff).
 const DefaultLocalHandoff = 8
@@ -114,9 +135,8 @@ const DefaultLocalHandoff = 8
 // WithLocalHandoff bounds local hand-off. When a handle releases a lock that other handles of
 // the same Client are waiting for, its release script hands the lock straight to the one that
 // has waited longest: one round trip, no message, no race. Handles of one Client are served
-// in arrival order. The heir's Lock returns as the release is sent: until Redis records the
-// hand-off, one round trip later, the lock is held for the Client under the releaser's
-// lease, and should Redis not record it (the lock was already gone) the heir's Lost closes.
+// in arrival order. The heir's Lock returns when the release's reply comes; should Redis not
+// have recorded the hand-off, the heir attempts itself.
 //
 // Other Clients and Java processes are woken only when the lock is freed, so a Client that
 // always handed its lock on would starve them. After max consecutive hand-offs the release
@@ -144,12 +164,18 @@ type Client struct {
 	wdMs       string // wdTimeout in ms, as scripts take it
 	publishCmd string
 	maxHandoff int
+	budget     time.Duration // see WithRetryBudget
+
+	// afterAcquire, if set, runs when an acquire script has replied, before its hold is
+	// recorded: tests stand a process pause in there.
+	afterAcquire func()
 
 	heirs heirs // local waiters a release may hand its lock to
 
-	mux     *pubsub.Mux
-	wd      *watchdog.Watchdog
-	janitor *janitor
+	mux      *pubsub.Mux
+	wd       *watchdog.Watchdog
+	lockKind *watchdog.Kind // leases of Lock holds: the field's TTL
+	janitor  *janitor
 
 	owners    atomic.Int64
 	requests  atomic.Uint64
@@ -165,7 +191,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, invalid("client", "must not be nil")
 	}
 	cfg := config{watchdogTimeout: DefaultWatchdogTimeout, log: zap.NewNop(), mode: PubSubPlain,
-		maxHandoff: DefaultLocalHandoff}
+		maxHandoff: DefaultLocalHandoff, retryBudget: DefaultRetryBudget}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, invalid("option", "#%d must not be nil", i)
@@ -185,6 +211,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		wdMs:       strconv.FormatInt(cfg.watchdogTimeout.Milliseconds(), 10),
 		publishCmd: "PUBLISH",
 		maxHandoff: cfg.maxHandoff,
+		budget:     cfg.retryBudget,
 		closed:     make(chan struct{}),
 	}
 	var prefix [8]byte
@@ -196,11 +223,8 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded
 	}
-	wd, err := watchdog.New(watchdog.Options{
-		Timeout: cfg.watchdogTimeout,
-		Renew:   c.renew,
-		Logger:  cfg.log,
-	})
+	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewLocks}
+	wd, err := watchdog.New(watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log})
 	if err != nil {
 		return nil, err
 	}
@@ -250,14 +274,8 @@ func (c *Client) newRequestID() string {
 	return string(b[:])
 }
 
-// newOwner returns a fresh owner ID, "<uuid>:<n>": Redisson's "<uuid>:<threadId>" form, so
-// Java can parse it, and never equal to a Java owner since the UUID is ours.
-func (c *Client) newOwner() string {
-	return c.id + ":" + strconv.FormatInt(c.owners.Add(1), 10)
-}
-
-// renew is the watchdog's RenewFunc: one pipelined round of batched renewal scripts.
-func (c *Client) renew(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
+// renewLocks renews lock fields: one pipelined round of batched renewal scripts.
+func (c *Client) renewLocks(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
 	ms := strconv.FormatInt(lease.Milliseconds(), 10)
 	execs := make([]rueidis.LuaExec, len(batches))
 	for i, b := range batches {
@@ -284,15 +302,4 @@ func (c *Client) renew(ctx context.Context, lease time.Duration, batches []watch
 		}
 	}
 	return out
-}
-
-// checkCall validates what every Redis-touching method gets.
-func (c *Client) checkCall(ctx context.Context) error {
-	if ctx == nil {
-		return invalid("ctx", "must not be nil")
-	}
-	if c.isClosed() {
-		return ErrClosed
-	}
-	return nil
 }

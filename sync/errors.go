@@ -10,10 +10,19 @@ var (
 	// hold. The lock is left untouched.
 	ErrNotHeld = errors.New("dsync: lock not held by this owner")
 
-	// ErrLockLost is returned by Unlock when this handle held the lock but its lease was lost
-	// (it expired, was force-unlocked, or could not be renewed) before the release; it also
-	// matches ErrNotHeld. Lost() was closed when the loss was noticed.
+	// ErrLockLost is returned when this handle held the lock but it is gone from Redis: it
+	// expired, was deleted or force-unlocked, or its lease ran out before the call returned.
+	// It also matches ErrNotHeld. Lost() is closed by the time a call returns it.
 	ErrLockLost = errors.New("dsync: lock lease lost")
+
+	// ErrOutcomeUnknown is returned when a request may or may not have acted: its reply was
+	// lost, and every repeat within the retry budget was lost too (Redis unreachable). Each
+	// method's doc says what the handle assumes then.
+	ErrOutcomeUnknown = errors.New("dsync: outcome unknown")
+
+	// ErrWrongType is returned when the key of a primitive holds a value of another type
+	// (a string where a lock hash belongs); the message names the key.
+	ErrWrongType = errors.New("dsync: key holds a value of another type")
 
 	// ErrInvalidArgument is wrapped by every error about a bad argument; the message names
 	// the argument and its value.

@@ -84,3 +84,6 @@ func isClosed(c <-chan struct{}) bool {
 		return false
 	}
 }
+
+// lockChannel is the channel a lock's releases are published on.
+func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }

@@ -11,13 +11,14 @@ import (
 	"go.uber.org/zap"
 )
 
-// janitor deletes the unlock latches of handles that are gone.
+// janitor deletes the unlock latches of owners that are gone.
 //
-// Each handle has one latch key, the high-water mark of its unlock requests, which each of
-// its unlocks overwrites. The mark is what makes a late duplicate of an earlier unlock
-// change nothing, so it must outlive every hold the handle may still take: it is deleted
-// only when the handle has been garbage-collected (nothing can acquire as its owner any
-// more) or its Client is closed, and otherwise expires by its PX. Deletions go out in one
+// Each owner has one latch key, the high-water mark of its numbered requests, which each of
+// them overwrites. The mark is what makes a late duplicate of an earlier release change
+// nothing, so it must outlive every hold the owner may still take: it is deleted only when
+// the owner has been garbage-collected (nothing can acquire as it any more) or its Client is
+// closed, and otherwise expires by its PX, 5 minutes after the owner's last release (the
+// latches of a killed process stay that long). Deletions go out in one
 // pipelined batch after janitorDelay. Sending them one by one as handles go would put a
 // command of ours beside every caller's, and any concurrent command switches a rueidis
 // connection from direct writes to background pipelining for good, which costs a
@@ -27,11 +28,10 @@ type janitor struct {
 	log *zap.Logger
 
 	mu      gosync.Mutex
-	live    map[string]weak.Pointer[Lock] // latch keys of handles not yet collected
-	pinned  map[string]struct{}           // latches guarding requests of unknown outcome
-	gone    []string                      // latch keys of collected handles, deleted at the next flush
-	armed   bool                          // a flush is scheduled
-	timer   *time.Timer                   // the scheduled flush
+	live    map[string]weak.Pointer[owner] // latch keys of owners not yet collected
+	gone    []string                       // latch keys of collected owners, deleted at the next flush
+	armed   bool                           // a flush is scheduled
+	timer   *time.Timer                    // the scheduled flush
 	closed  bool
 	flushes gosync.WaitGroup
 }
@@ -42,40 +42,26 @@ const (
 )
 
 func newJanitor(rdb rueidis.Client, log *zap.Logger) *janitor {
-	return &janitor{rdb: rdb, log: log, live: make(map[string]weak.Pointer[Lock]), pinned: make(map[string]struct{})}
+	return &janitor{rdb: rdb, log: log, live: make(map[string]weak.Pointer[owner])}
 }
 
-// track takes charge of l's latch key, made at its first unlock: it is deleted once l has
-// been garbage-collected, or at close.
-func (j *janitor) track(l *Lock, key string) {
+// track takes charge of o's latch key, made at its first numbered request: it is deleted
+// once o has been garbage-collected, or at close.
+func (j *janitor) track(o *owner) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
 		return
 	}
-	j.live[key] = weak.Make(l)
-	runtime.AddCleanup(l, j.collected, key)
+	j.live[o.latch] = weak.Make(o)
+	runtime.AddCleanup(o, j.collected, o.latch)
 }
 
-// pin keeps key from being deleted before its PX: it guards requests whose outcome is
-// unknown and that may still reach Redis — even after their handle is gone, since a late
-// hand-off or settlement acts on another owner's hold.
-func (j *janitor) pin(key string) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.pinned[key] = struct{}{}
-	delete(j.live, key)
-}
-
-// collected runs when a handle with a latch has been garbage-collected.
+// collected runs when an owner with a latch has been garbage-collected.
 func (j *janitor) collected(key string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	delete(j.live, key)
-	if _, ok := j.pinned[key]; ok {
-		delete(j.pinned, key) // it expires by its PX
-		return
-	}
 	if j.closed {
 		return
 	}
@@ -99,8 +85,8 @@ func (j *janitor) flush() {
 }
 
 // close deletes the latches still known — the Client's owners take no hold after it, so no
-// late duplicate can matter — except those of handles with an unlock still running (it may
-// yet retry, and needs its latch; it expires by its PX). Then it waits for a scheduled
+// late duplicate can matter — except those of owners with a request still running (it may
+// yet repeat, and needs its latch; it expires by its PX). Then it waits for a scheduled
 // flush, and stops. Call it after the Client is marked closed, so that no unlock starts.
 func (j *janitor) close() {
 	j.mu.Lock()
@@ -111,21 +97,21 @@ func (j *janitor) close() {
 	}
 	keys := j.gone
 	j.gone = nil
-	var idle []*Lock
+	var idle []*owner
 	for key, wp := range j.live {
 		delete(j.live, key)
-		if l := wp.Value(); l != nil {
-			if !l.op.TryLock() {
+		if o := wp.Value(); o != nil {
+			if !o.tryLock() {
 				continue
 			}
-			idle = append(idle, l)
+			idle = append(idle, o)
 		}
 		keys = append(keys, key)
 	}
 	j.mu.Unlock()
 	j.delete(keys)
-	for _, l := range idle {
-		l.op.Unlock()
+	for _, o := range idle {
+		o.unlock()
 	}
 	j.flushes.Wait()
 }

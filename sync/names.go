@@ -19,12 +19,3 @@ const (
 	lockChannelPrefix = "redisson_lock__channel"
 	unlockLatchPrefix = "redisson_unlock_latch"
 )
-
-// lockChannel is the channel a lock's releases are published on.
-func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }
-
-// unlockLatchKey is where one unlock request records its outcome, so that its retries
-// report that outcome instead of acting twice.
-func unlockLatchKey(name, requestID string) string {
-	return prefixName(unlockLatchPrefix, name) + ":" + requestID
-}

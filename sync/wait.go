@@ -2,94 +2,97 @@ package sync
 
 import (
 	"context"
+	"fmt"
+	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/latchkey/latchkey/pubsub"
 )
 
-// An attempter makes one attempt. ok reports success. ttl is in ms, negative when unknown:
-// on failure, the holder's remaining lease, which bounds how long the next wait may last; on
-// success, the lease just taken, which tells later waiters when to re-check.
-type attempter interface {
-	attempt(ctx context.Context) (ttl int64, ok bool, err error)
+// A wait describes one blocking acquisition: what to attempt, which channel's messages mean
+// it may now succeed, and how long to wait.
+type wait struct {
+	channel string
+	policy  pubsub.Policy
+	limit   time.Duration // 0: one attempt; negative: no limit
+	// join lets the waiter queue behind the channel's other local waiters without attempting
+	// first: only for waiters that all want the same thing, and only when the caller holds
+	// nothing a waiter ahead could need.
+	join bool
+	// attempt makes one attempt. ttl is in ms, negative when unknown: on failure, when the
+	// state may next change with no message (the holder's lease); on success, the lease just
+	// taken, which tells waiters that join later when to re-check.
+	attempt func(ctx context.Context) (ttl int64, ok bool, err error)
+	// heir, if not nil, is queued while waiting for a local release to hand the lock to.
+	heir *heir
 }
 
-// attemptFunc adapts a function to attempter.
-type attemptFunc func(ctx context.Context) (ttl int64, ok bool, err error)
-
-func (f attemptFunc) attempt(ctx context.Context) (int64, bool, error) { return f(ctx) }
-
 // acquire is how every blocking primitive takes what it waits for (REDISSON-LAYOUT §2.3):
-// attempt; on failure register on channel and alternate waiting and attempting. wait 0 makes
-// one attempt, a negative wait has no limit.
+// attempt; on failure register on the channel and alternate waiting and attempting.
 //
-// A caller that may join (join: it holds nothing a waiter ahead could need) and finds other
-// local waiters already on the channel queues behind them without attempting: a release
-// wakes the longest-waiting one, so an attempt of its own could only fail — or barge ahead
-// of waiters that came first. Within a Client, waiters are served in arrival order, and a
-// contended acquisition costs one script, not three. A joined waiter still re-checks by the
-// channel's hint (when the holder's lease runs out, which no message announces) and makes at
-// least one attempt before a deadline ends its wait.
-//
-// A non-nil heir is queued, while the caller waits, for a local release to hand the lock to
-// (see handoff.go).
-func (c *Client) acquire(ctx context.Context, channel string, policy pubsub.Policy, wait time.Duration, join bool, a attempter, h *heir) (bool, error) {
+// A waiter that may join and finds other local waiters already on the channel queues behind
+// them without attempting: a release wakes the longest-waiting one, so an attempt of its own
+// could only fail — or barge ahead of waiters that came first. Within a Client, waiters are
+// served in arrival order, and a contended acquisition costs one script, not three. A joined
+// waiter still re-checks by the channel's hint (when the holder's lease runs out, which no
+// message announces) and makes at least one attempt before a deadline ends its wait.
+func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 	var deadline time.Time
-	if wait > 0 {
-		deadline = time.Now().Add(wait)
+	if w.limit > 0 {
+		deadline = time.Now().Add(w.limit)
 	}
-	if wait != 0 && join {
-		if w, hint := c.mux.Join(channel); w != nil {
+	if w.limit != 0 && w.join {
+		if sub, hint := c.mux.Join(w.channel); sub != nil {
 			ttl := int64(-1)
 			if !hint.IsZero() {
 				ttl = max(time.Until(hint).Milliseconds(), 0)
 			}
-			return c.await(ctx, w, deadline, ttl, false, a, h)
+			return c.await(ctx, w, sub, deadline, ttl, false)
 		}
 	}
-	ttl, ok, err := a.attempt(ctx)
-	if ok || err != nil || wait == 0 {
+	ttl, ok, err := w.attempt(ctx)
+	if ok || err != nil || w.limit == 0 {
 		return ok, err
 	}
-	w, err := c.mux.Subscribe(channel, policy)
+	sub, err := c.mux.Subscribe(w.channel, w.policy)
 	if err != nil {
-		return false, ErrClosed
+		return false, c.waitEnded(err)
 	}
-	hint(w, ttl)
-	return c.await(ctx, w, deadline, ttl, true, a, h)
+	hint(sub, ttl)
+	return c.await(ctx, w, sub, deadline, ttl, true)
 }
 
 // hint passes an attempt's ttl on to the waiters that join after it.
-func hint(w *pubsub.Waiter, ttlMs int64) {
+func hint(sub *pubsub.Waiter, ttlMs int64) {
 	if ttlMs >= 0 {
-		w.Hint(time.Now().Add(time.Duration(ttlMs) * time.Millisecond))
+		sub.Hint(time.Now().Add(time.Duration(ttlMs) * time.Millisecond))
 	}
 }
 
-// await alternates waiting on w and attempting. A wait ends at the first of: a wake-up from
-// the channel (a release message, or the subscription being confirmed, so nothing published
-// before the subscription is missed), the holder's TTL (a lost message costs latency, never
-// liveness), the deadline, ctx, Close — or, for an heir, a release handing it the lock. A
-// zero deadline waits without limit. ttl is the last attempt's reply (negative: unknown);
-// attempted says whether there was one, since a wait that reaches its deadline makes one
-// attempt if it had none.
-//
-// An heir handed the lock as its wait ends holds it, and acquire succeeds, as a semaphore in
-// golang.org/x/sync does when it is granted as its context ends.
-func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool, a attempter, h *heir) (bool, error) {
-	defer w.Close()
-	var handed <-chan struct{}
-	if h != nil {
-		c.heirs.add(h.l.name, h)
-		defer c.heirs.remove(h.l.name, h)
-		handed = h.handed
+// waitEnded is the error of a wait the Client's shutdown, or its rueidis client's, ended.
+func (c *Client) waitEnded(err error) error {
+	if c.isClosed() {
+		return ErrClosed
 	}
-	// quit ends the wait with err unless a release has handed the lock over meanwhile.
-	quit := func(err error) (bool, error) {
-		if h != nil && h.leave() {
-			return h.took(w)
-		}
-		return false, err
+	return fmt.Errorf("dsync: waiting stopped: %w", err)
+}
+
+// await alternates waiting on sub and attempting. A wait ends at the first of: a wake-up
+// from the channel (a release message, or the subscription being confirmed, so nothing
+// published before the subscription is missed), the holder's TTL (a lost message costs
+// latency, never liveness), the deadline, ctx, Close or the rueidis client closing — or, for
+// an heir, a release handing it the lock. ttl is the last attempt's reply (negative:
+// unknown); attempted says whether there was one, since a wait that reaches its deadline
+// makes one attempt if it had none.
+func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool) (bool, error) {
+	defer sub.Close()
+	h := w.heir
+	var verdicts <-chan verdict
+	if h != nil {
+		c.heirs.add(h)
+		defer c.heirs.remove(h)
+		verdicts = h.verdict
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -98,42 +101,52 @@ func (c *Client) await(ctx context.Context, w *pubsub.Waiter, deadline time.Time
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 && attempted {
-				return quit(nil)
+				return h.leave(ctx, nil)
 			}
 			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
-		woken := false
+		woken, decided := false, false
 		select {
-		case <-w.C():
+		case <-sub.C():
 			woken = true
 		case <-timer.C:
-		case <-handed:
-			return h.took(w)
-		case <-ctx.Done():
-			return quit(ctx.Err())
-		case <-c.closed:
-			return quit(ErrClosed)
-		}
-		if h != nil && !h.state.CompareAndSwap(heirParked, heirBusy) {
-			// Handed the lock since the select.
-			<-h.handed
-			if woken {
-				w.Requeue() // the wake-up was for someone else
+		case v := <-verdicts:
+			if v.handed {
+				return h.took(v)
 			}
-			return h.took(w)
+			decided = true // not handed over: the heir attempts itself
+		case <-ctx.Done():
+			return h.leave(ctx, ctx.Err())
+		case <-c.closed:
+			return h.leave(ctx, ErrClosed)
+		case <-c.mux.Done():
+			return h.leave(ctx, c.waitEnded(c.mux.Err()))
+		}
+		if h != nil && !decided && !h.state.CompareAndSwap(heirParked, heirBusy) {
+			// A release is handing the lock over: its reply decides.
+			if v := <-h.verdict; v.handed {
+				if woken {
+					sub.Requeue() // the wake-up was for someone else
+				}
+				return h.took(v)
+			}
+			decided = true
+		}
+		if decided {
+			h.state.Store(heirBusy)
 		}
 		var ok bool
 		var err error
-		ttl, ok, err = a.attempt(ctx)
+		ttl, ok, err = w.attempt(ctx)
 		attempted = true
 		if err != nil && woken {
 			// The wake-up may have been the only one a release sent this Client: it goes to
 			// another waiter rather than dying with this one.
-			w.Requeue()
+			sub.Requeue()
 		}
 		if err == nil {
-			hint(w, ttl)
+			hint(sub, ttl)
 		}
 		if ok || err != nil {
 			return ok, err
@@ -151,6 +164,131 @@ func (c *Client) recheckAfter(ttlMs int64) time.Duration {
 	if ttlMs < 0 {
 		return c.wdTimeout
 	}
-	d := time.Duration(ttlMs)*time.Millisecond + time.Millisecond
-	return min(d, c.wdTimeout)
+	return min(time.Duration(ttlMs)*time.Millisecond+time.Millisecond, c.wdTimeout)
+}
+
+// Local hand-off (lock cohorting).
+//
+// When a handle frees a lock that other handles of the same Client are waiting for, its
+// release script can hand the lock straight to the longest-waiting of them: the script
+// deletes the releaser's field and writes the heir's, with the heir's lease, in the one
+// round trip the release costs anyway. Without it, a hand-off is the release, the message,
+// the woken waiter's attempt: three scripts and two round trips. The lock is never free in
+// between, so nothing is published and Redisson's layout is all that Redis ever holds.
+//
+// The heir waits for the release's reply. If Redis recorded the hand-off, the heir holds the
+// lock, its lease timed from the release's send time. Otherwise — the lock was gone, Redis
+// refused, or the outcome stays unknown — the heir makes its own attempt, which takes over
+// whatever the release wrote (its count comes from the heir, and a field of its own is
+// adopted).
+//
+// A Client that always handed its lock on would keep it from other Clients and from Java
+// processes for as long as it had local waiters: their waiters are only woken by a release
+// message. So a run of consecutive hand-offs is capped (WithLocalHandoff); the release that
+// ends a run frees the lock and publishes, and every Client's waiters race for it.
+
+// An heir is one waiting acquisition that a releasing owner of the same Client may hand the
+// lock to.
+type heir struct {
+	o       *owner
+	lease   time.Duration // 0: kept by the watchdog
+	leaseMs string
+	attempt func(ctx context.Context) (ttl int64, ok bool, err error)
+	// state is heirParked while the heir waits and nobody acts for it; a releaser moves it
+	// to heirReserved, the heir itself to every other state.
+	state   atomic.Int32
+	verdict chan verdict // a reserving releaser's outcome, one per reservation
+}
+
+// A verdict is what a release that reserved the heir did: handed it the lock, sent at sent,
+// as the run-th consecutive hand-off; or not, and the heir must attempt itself.
+type verdict struct {
+	handed bool
+	sent   time.Time
+	run    int
+}
+
+const (
+	heirParked   int32 = iota // waiting: may be handed the lock
+	heirBusy                  // making its own attempt: must not be handed the lock
+	heirReserved              // a releaser is handing it the lock; its verdict decides
+	heirGone                  // done waiting
+)
+
+// heirs queues each name's local waiters that may be handed the lock, in arrival order.
+type heirs struct {
+	mu    gosync.Mutex
+	queue map[string][]*heir
+}
+
+func (q *heirs) add(h *heir) {
+	h.verdict = make(chan verdict, 1)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.queue == nil {
+		q.queue = make(map[string][]*heir)
+	}
+	q.queue[h.o.name] = append(q.queue[h.o.name], h)
+}
+
+func (q *heirs) remove(h *heir) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	hs := q.queue[h.o.name]
+	for i, x := range hs {
+		if x == h {
+			hs = append(hs[:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(q.queue, h.o.name)
+	} else {
+		q.queue[h.o.name] = hs
+	}
+}
+
+// reserve picks the longest-waiting parked heir of name that is not the releaser itself and
+// moves it to heirReserved: it makes no attempt of its own until the releaser's verdict.
+func (q *heirs) reserve(name string, releaser *owner) *heir {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, h := range q.queue[name] {
+		if h.o != releaser && h.state.CompareAndSwap(heirParked, heirReserved) {
+			return h
+		}
+	}
+	return nil
+}
+
+// took records the hold a release handed the heir.
+func (h *heir) took(v verdict) (bool, error) {
+	o := h.o
+	if err := o.lock(context.Background()); err != nil {
+		return false, err
+	}
+	defer o.unlock()
+	h.state.Store(heirGone)
+	if err := o.took(v.sent, h.lease, v.run); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// leave ends the wait with err — unless a release is handing the lock over meanwhile: then
+// its verdict decides, and if it did not hand the lock over, one last attempt takes over
+// whatever the release may have written. h may be nil.
+func (h *heir) leave(ctx context.Context, err error) (bool, error) {
+	if h == nil || h.state.CompareAndSwap(heirParked, heirGone) {
+		return false, err
+	}
+	v := <-h.verdict
+	if v.handed {
+		return h.took(v)
+	}
+	h.state.Store(heirGone)
+	if _, ok, aerr := h.attempt(context.WithoutCancel(ctx)); ok || aerr != nil {
+		return ok, aerr
+	}
+	return false, err
 }

@@ -15,23 +15,26 @@ import (
 // re-acquisition by the same owner (here with an explicit 200 ms lease) to the watchdog
 // timeout: the owner check in the script cannot tell the two holds apart (Redisson #7272).
 func TestStopWaitsForRoundInFlight(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		c := b.Client(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		entered, gate := make(chan struct{}, 1), make(chan struct{})
 		real := scriptRenew(c)
-		renew := func(ctx context.Context, lease time.Duration, batches []Batch) []Result {
+		kind := &Kind{Name: "plain", Renew: func(ctx context.Context, lease time.Duration, batches []Batch) []Result {
 			select {
 			case entered <- struct{}{}:
 			default:
 			}
 			<-gate // the round is in flight: its batch was taken while the lease was active
 			return real(context.Background(), lease, batches)
-		}
+		}}
 		const timeout = 3 * time.Second
+		const lease = 200 * time.Millisecond
 		const key, owner = "review:stale", "f8c1b4e2-0000-4000-8000-000000000001:1"
-		w := newWatchdog(t, Options{Timeout: timeout, Renew: renew})
+		w := newWatchdog(t, Options{Timeout: timeout})
 		acquire := func(ms string) time.Time {
 			sent := time.Now()
 			if err := lua.LockAcquire.Exec(ctx, c, []string{key}, []string{ms, owner, "0"}).Error(); !rueidis.IsRedisNil(err) {
@@ -39,7 +42,9 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 			}
 			return sent
 		}
-		l := w.Keep(key, owner, acquire("3000"))
+		// Acquired an interval ago as far as the watchdog knows (an earlier deadline than the
+		// lock's: the safe side), so that the first round goes out at once.
+		l := keep(w, kind, key, owner, acquire("3000").Add(-timeout/3))
 		select {
 		case <-entered:
 		case <-time.After(5 * time.Second):
@@ -63,8 +68,12 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 		if err := c.Do(ctx, c.B().Del().Key(key).Build()).Error(); err != nil { // the release
 			t.Fatal(err)
 		}
-		if !l.Reset(acquire("200"), 200*time.Millisecond, false) { // same owner, explicit 200 ms lease
-			t.Fatal("Reset")
+		sent := acquire("200") // same owner, explicit 200 ms lease
+		if !l.Hold(sent, lease, false) {
+			t.Fatal("Hold")
+		}
+		if d := deadline(t, l); !d.Equal(sent.Add(lease)) {
+			t.Fatalf("Hold of a stopped lease: deadline sent%+v, want a fresh start at sent+%v", d.Sub(sent), lease)
 		}
 		if r := l.Stop(); r != nil {
 			select {
@@ -73,10 +82,20 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 				t.Fatal("Stop returned a round in flight although none carries the lease")
 			}
 		}
-		time.Sleep(600 * time.Millisecond) // past the 200 ms lease: the hold must have expired
-		pttl, _ := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
-		if pttl > 0 {
-			t.Fatalf("a hold taken with a 200 ms lease is still there after 600 ms (PTTL %d ms): a renewal landed after the release", pttl)
+		// The hold must expire with its 200 ms lease; a renewal landing after the release
+		// would have stretched it to the 3 s timeout.
+		for {
+			pttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pttl <= 0 && pttl != -1 {
+				break
+			}
+			if since := time.Since(sent); since > timeout/2 {
+				t.Fatalf("a hold taken with a %v lease is still there after %v (PTTL %d ms): a renewal landed after the release", lease, since, pttl)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 }

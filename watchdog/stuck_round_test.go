@@ -23,8 +23,8 @@ func TestDeadlineTimedWhileRoundStuck(t *testing.T) {
 		return allHeld(batches)
 	})
 	const timeout = 300 * time.Millisecond
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
-	l := w.Keep("stuck", "owner:1", time.Now())
+	w := newWatchdog(t, Options{Timeout: timeout})
+	l := keep(w, f.kind("plain"), "stuck", "owner:1", time.Now())
 	calls := f.waitCalls(t, "third round sent", func(c []call) bool { return len(c) >= 3 })
 	last := calls[1].at // the last renewal that succeeded
 	select {

@@ -18,32 +18,40 @@ import (
 	"go.uber.org/zap"
 )
 
-// Batch is the locks one renewal script call renews, all in one hash slot: Owners[i] must
-// still hold Keys[i].
+// Kind is one kind of lease, renewed by its own function: a plain lock's field, a read
+// lock's timeout keys. Batches never mix kinds. Make one Kind per kind and share it.
+type Kind struct {
+	// Name names the kind in logs.
+	Name string
+	// Renew renews batches of this kind in one round trip. Required.
+	Renew RenewFunc
+}
+
+// Batch is the leases one renewal script call renews, all of one kind and in one hash slot:
+// Owners[i] must still hold Keys[i].
 type Batch struct {
 	Keys   []string
 	Owners []string
 }
 
 // Result is the outcome of one Batch: Held[i] reports whether Owners[i] still held Keys[i]
-// (and so had its lease reset), or Err says the call failed and nothing is known.
+// (and so had its TTL set to at least the lease), or Err says the call failed and nothing is
+// known.
 type Result struct {
 	Held []bool
 	Err  error
 }
 
-// RenewFunc renews batches in one round trip, resetting each held lock's TTL to lease. It
-// returns one Result per Batch, in order.
+// RenewFunc renews batches in one round trip, setting each held lock's TTL to at least
+// lease. It returns one Result per Batch, in order.
 type RenewFunc func(ctx context.Context, lease time.Duration, batches []Batch) []Result
 
 // Options configure a Watchdog.
 type Options struct {
 	// Timeout is the lease a renewal sets; renewals run every Timeout/3. Required.
 	Timeout time.Duration
-	// BatchSize caps the locks per renewal script; 0 means 100.
+	// BatchSize caps the leases per renewal script; 0 means 100.
 	BatchSize int
-	// Renew runs the renewal scripts. Required.
-	Renew RenewFunc
 	// Logger receives lost leases and failed renewals; nil means no logging.
 	Logger *zap.Logger
 }
@@ -52,9 +60,8 @@ type Options struct {
 type Watchdog struct {
 	timeout  time.Duration
 	interval time.Duration
-	retry    time.Duration
+	retry    time.Duration // the first retry after a failed renewal; it doubles up to interval
 	batch    int
-	renew    RenewFunc
 	log      *zap.Logger
 
 	mu       sync.Mutex
@@ -78,6 +85,7 @@ type Watchdog struct {
 // Lease is one held lock's lease, from acquisition to release or loss.
 type Lease struct {
 	w     *Watchdog
+	kind  *Kind
 	key   string
 	owner string
 	slot  uint16
@@ -87,7 +95,8 @@ type Lease struct {
 	keep     bool      // renewed by the watchdog
 	deadline time.Time // when the lock expires unless renewed
 	next     time.Time // when to renew (kept leases)
-	gen      uint64    // bumped by Reset and Stop, so a late renewal result is not applied
+	fails    int       // renewals failed in a row
+	gen      uint64    // bumped when the lease starts afresh or stops, so a late result is not applied
 	active   bool
 	isLost   bool
 	round    chan struct{} // closed when the renewal round carrying this lease returns; nil if none
@@ -95,20 +104,14 @@ type Lease struct {
 
 type roundResult struct {
 	done   chan struct{}
-	leases []*Lease
-	gens   []uint64
 	sent   time.Time
-	res    []Result
-	sizes  []int
+	byKind map[*Kind][]*renewal
 }
 
 // New starts a Watchdog. Close stops it.
 func New(opts Options) (*Watchdog, error) {
 	if opts.Timeout <= 0 {
 		return nil, errors.New("watchdog: Timeout must be > 0")
-	}
-	if opts.Renew == nil {
-		return nil, errors.New("watchdog: Renew is required")
 	}
 	batch := opts.BatchSize
 	if batch <= 0 {
@@ -125,10 +128,10 @@ func New(opts Options) (*Watchdog, error) {
 		cancel:   cancel,
 		timeout:  opts.Timeout,
 		interval: interval,
-		// A failed renewal is retried well inside the lease, so a short outage costs nothing.
+		// A failed renewal is retried well inside the lease, so a short outage costs nothing,
+		// and backs off so that a long one costs little.
 		retry:   min(interval, max(opts.Timeout/30, 5*time.Millisecond)),
 		batch:   batch,
-		renew:   opts.Renew,
 		log:     log,
 		leases:  make(map[*Lease]struct{}),
 		kick:    make(chan struct{}, 1),
@@ -143,57 +146,28 @@ func New(opts Options) (*Watchdog, error) {
 // Timeout returns the lease that renewals set.
 func (w *Watchdog) Timeout() time.Duration { return w.timeout }
 
-// Keep starts renewing key's lease for owner. sent is when the acquiring command was sent:
-// the lock is known to live until sent + Timeout. Call it before the acquisition is reported
-// to the caller, so that no window exists in which the lock is held but not kept.
-func (w *Watchdog) Keep(key, owner string, sent time.Time) *Lease {
-	return w.add(key, owner, sent, w.timeout, true)
-}
-
-// Watch reports key's lease lost when it runs out at sent + lease while still held.
-func (w *Watchdog) Watch(key, owner string, sent time.Time, lease time.Duration) *Lease {
-	return w.add(key, owner, sent, lease, false)
-}
-
-func (w *Watchdog) add(key, owner string, sent time.Time, lease time.Duration, keep bool) *Lease {
-	l := &Lease{w: w, key: key, owner: owner, slot: keyslot.Of(key), lost: make(chan struct{})}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		l.isLost = true
-		close(l.lost)
-		return l
-	}
-	l.resetLocked(sent, lease, keep)
+// Start registers a lease on key for owner: a command sent at sent set its TTL to ttl (keep:
+// to the watchdog timeout, and the lease is renewed by kind's Renew every Timeout/3; else it
+// is only timed, and reported lost if it runs out while held). Call it before the
+// acquisition is reported to the caller, so that no window exists in which the lock is held
+// but not kept.
+func (w *Watchdog) Start(kind *Kind, key, owner string, sent time.Time, ttl time.Duration, keep bool) *Lease {
+	l := &Lease{w: w, kind: kind, key: key, owner: owner, slot: keyslot.Of(key), lost: make(chan struct{})}
+	l.Hold(sent, ttl, keep)
 	return l
 }
 
 // Lost is closed when the lease is lost while held: the lock was found gone at renewal, no
-// renewal succeeded before the deadline, the watched lease ran out, or the watchdog closed.
+// renewal succeeded before the deadline, the watched lease ran out, its holder reported it
+// lost (Lose), or the watchdog closed.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
-// Reset records that the lock's TTL was set again by a command sent at sent (a re-entry or a
-// partial release): to the watchdog timeout if keep, else to lease. A kept lease stays kept
-// — as with Redisson, a re-entry with an explicit lease does not end the renewals — but its
-// deadline is the TTL Redis now has, and it is renewed within a third of it. Reset also
-// resumes a stopped lease. It reports false if the lease is already lost.
-func (l *Lease) Reset(sent time.Time, lease time.Duration, keep bool) bool {
-	if keep {
-		lease = l.w.timeout
-	}
-	return l.reset(sent, lease, keep, true)
-}
-
-// ResetKept is Reset for a lock the watchdog keeps whose TTL a command sent at sent set to
-// ttl (a re-entry with an explicit lease of a lock held under the watchdog): the deadline is
-// sent+ttl and renewals resume within a third of it, even after Distrust ended them. It
-// reports false if the lease is already lost.
-func (l *Lease) ResetKept(sent time.Time, ttl time.Duration) bool {
-	return l.reset(sent, ttl, true, false)
-}
-
-// reset is Reset and ResetKept: the lease is kept if keep, or if stayKept and it is kept now.
-func (l *Lease) reset(sent time.Time, ttl time.Duration, keep, stayKept bool) bool {
+// Hold records that a command sent at sent set the lock's TTL to at least ttl (keep: to at
+// least the watchdog timeout, and the lease is renewed from now on). Leases only grow — no
+// script lowers a held lock's TTL — so on an active lease the deadline becomes the later of
+// the two and a kept lease stays kept; on a stopped one (its hold was released) the lease
+// starts afresh. It reports false if the lease is already lost.
+func (l *Lease) Hold(sent time.Time, ttl time.Duration, keep bool) bool {
 	w := l.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -204,80 +178,38 @@ func (l *Lease) reset(sent time.Time, ttl time.Duration, keep, stayKept bool) bo
 		w.loseLocked(l, "watchdog closed")
 		return false
 	}
-	l.resetLocked(sent, ttl, keep || (stayKept && l.keep && l.active))
-	return true
-}
-
-// Distrust records that a command sent at sent whose outcome is unknown may set the lock's
-// TTL to ttl whenever it runs — reaching Redis late, that may be after any renewal. The
-// deadline becomes no later than sent+ttl; and when ttl is shorter than the timeout the lease
-// is no longer renewed (a renewal would not outlast such a late run) but timed, until
-// ResetKept or Reset keeps it again. A renewal in flight no longer counts. It returns the
-// lease's state before, for Restore when the command turns out not to have run.
-func (l *Lease) Distrust(sent time.Time, ttl time.Duration) Trust {
-	w := l.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if l.isLost {
-		return Trust{}
+	if keep {
+		ttl = max(ttl, w.timeout)
 	}
-	t := Trust{deadline: l.deadline, keep: l.keep, gen: l.gen, ok: true}
-	l.gen++
-	if end := sent.Add(ttl); end.Before(l.deadline) {
-		l.deadline = end
+	if l.active {
+		if end := sent.Add(ttl); end.After(l.deadline) {
+			l.deadline = end
+		}
+		if keep && !l.keep {
+			l.keep, l.fails = true, 0
+			l.next = time.Now().Add(min(w.interval, time.Until(l.deadline)/3))
+		}
+	} else {
+		// A fresh start: a renewal result still on its way is about an earlier hold.
+		l.gen++
+		l.active = true
+		l.keep, l.fails = keep, 0
+		l.deadline = sent.Add(ttl)
+		l.next = sent.Add(min(w.interval, ttl/3))
+		w.leases[l] = struct{}{}
+		w.busy = true
 	}
-	if ttl < w.timeout {
-		l.keep = false
-	}
-	if l.active && (w.wakeAt.IsZero() || l.deadline.Before(w.wakeAt)) {
-		w.wakeAt = l.deadline
-		w.poke()
-	}
-	return t
-}
-
-// Trust is a lease's state before Distrust.
-type Trust struct {
-	deadline time.Time
-	keep     bool
-	gen      uint64
-	ok       bool
-}
-
-// LeaseLost reports whether the lease was already lost when Distrust returned t.
-func (t Trust) LeaseLost() bool { return !t.ok }
-
-// Restore undoes the Distrust that returned t — for a command Redis refused, which changed
-// nothing — unless the lease has changed since (been reset, stopped or lost).
-func (l *Lease) Restore(t Trust) {
-	w := l.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !t.ok || l.isLost || !l.active || l.gen != t.gen+1 {
-		return
-	}
-	l.deadline, l.keep = t.deadline, t.keep
-}
-
-func (l *Lease) resetLocked(sent time.Time, lease time.Duration, keep bool) {
-	w := l.w
-	l.keep = keep
-	l.deadline = sent.Add(lease)
-	l.next = sent.Add(min(w.interval, lease/3))
-	l.gen++
-	l.active = true
-	w.leases[l] = struct{}{}
-	w.busy = true
 	// Wake the loop only if it would otherwise sleep past this lease's first event: a lock
 	// taken and released in a loop must not cost a goroutine wake-up per acquisition.
 	at := l.deadline
-	if keep && l.next.Before(at) {
+	if l.keep && l.next.Before(at) {
 		at = l.next
 	}
 	if w.wakeAt.IsZero() || at.Before(w.wakeAt) {
 		w.wakeAt = at
 		w.poke()
 	}
+	return true
 }
 
 // Stop stops renewing and timing the lease; Lost will not be closed by the watchdog
@@ -298,7 +230,7 @@ func (l *Lease) Stop() <-chan struct{} {
 
 // Lapse ends the renewals of a stopped lease whose release failed: the lock may still be
 // held, so the lease is timed again with the deadline it had, and Lost closes when it runs
-// out unless Stop or Reset comes first. Renewing it instead could keep an abandoned lock
+// out unless Stop or Hold comes first. Renewing it instead could keep an abandoned lock
 // alive for ever.
 func (l *Lease) Lapse() {
 	w := l.w
@@ -321,17 +253,17 @@ func (l *Lease) Lapse() {
 	}
 }
 
-// Deadline returns when the lock expires unless its TTL is set again, as last confirmed
-// (a stopped lease keeps it), and false if the lease is lost.
+// Deadline returns when the lock expires unless its TTL is set again, as last confirmed,
+// and false if the lease is lost or stopped (its hold was released).
 func (l *Lease) Deadline() (time.Time, bool) {
 	w := l.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return l.deadline, !l.isLost
+	return l.deadline, !l.isLost && l.active
 }
 
-// Lose reports the lease lost now: its holder learned by other means that the lock is not,
-// or may not be, held (a hand-off Redis did not record). It is a no-op on a lost lease.
+// Lose reports the lease lost now: its holder learned by other means that the lock is not
+// held (a release or re-entry found its field gone). It is a no-op on a lost lease.
 func (l *Lease) Lose(reason string) {
 	w := l.w
 	w.mu.Lock()
@@ -404,7 +336,8 @@ func (w *Watchdog) step(now time.Time) (time.Time, bool) {
 	defer w.mu.Unlock()
 	var next time.Time
 	var due []*Lease
-	// Leases due within half an interval join this round, so rounds stay few and full.
+	// Leases due within half an interval join this round, so rounds stay few and full; a
+	// lease whose renewals are failing waits for its backoff.
 	horizon := now.Add(w.interval / 2)
 	for l := range w.leases {
 		if !now.Before(l.deadline) {
@@ -417,7 +350,11 @@ func (w *Watchdog) step(now time.Time) (time.Time, bool) {
 		}
 		at := l.deadline
 		if l.keep {
-			if !w.inflight && !l.next.After(horizon) {
+			dueBy := horizon
+			if l.fails > 0 {
+				dueBy = now
+			}
+			if !w.inflight && !l.next.After(dueBy) {
 				due = append(due, l)
 				// Its deadline is still timed: a round that hangs must not let it pass unseen.
 				if next.IsZero() || l.deadline.Before(next) {
@@ -448,39 +385,65 @@ func (w *Watchdog) step(now time.Time) (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-// startRound sends one pipelined round of renewals on its own goroutine, so that deadlines
-// keep being timed while Redis is slow. At most one round is in flight.
+// A renewal is one batch of a round, with the leases it renews and their generations.
+type renewal struct {
+	batch  Batch
+	leases []*Lease
+	gens   []uint64
+	res    Result
+}
+
+// startRound sends one round of renewals on its own goroutine, so that deadlines keep being
+// timed while Redis is slow. Leases are grouped by kind and hash slot into batches of at most
+// BatchSize; each kind's batches go to one call of its Renew, which pipelines them. At most
+// one round is in flight.
 func (w *Watchdog) startRound(now time.Time, due []*Lease) {
 	w.inflight = true
 	done := make(chan struct{})
-	bySlot := make(map[uint16][]*Lease)
-	for _, l := range due {
-		bySlot[l.slot] = append(bySlot[l.slot], l)
+	type group struct {
+		kind *Kind
+		slot uint16
 	}
-	r := roundResult{sent: now, done: done}
-	var batches []Batch
-	for _, ls := range bySlot {
+	groups := make(map[group][]*Lease)
+	for _, l := range due {
+		g := group{l.kind, l.slot}
+		groups[g] = append(groups[g], l)
+	}
+	byKind := make(map[*Kind][]*renewal)
+	for g, ls := range groups {
 		for len(ls) > 0 {
 			n := min(len(ls), w.batch)
-			b := Batch{Keys: make([]string, n), Owners: make([]string, n)}
-			for i, l := range ls[:n] {
-				b.Keys[i], b.Owners[i] = l.key, l.owner
+			rn := &renewal{leases: ls[:n:n], batch: Batch{Keys: make([]string, n), Owners: make([]string, n)}}
+			for i, l := range rn.leases {
+				rn.batch.Keys[i], rn.batch.Owners[i] = l.key, l.owner
+				rn.gens = append(rn.gens, l.gen)
 				l.round = done
-				r.leases = append(r.leases, l)
-				r.gens = append(r.gens, l.gen)
 			}
-			batches = append(batches, b)
-			r.sizes = append(r.sizes, n)
+			byKind[g.kind] = append(byKind[g.kind], rn)
 			ls = ls[n:]
 		}
 	}
+	r := roundResult{sent: now, done: done, byKind: byKind}
 	w.rounds.Add(1)
 	go func() {
 		defer w.rounds.Done()
 		// No timeout of our own: a command abandoned by its context may still be sent by
 		// rueidis, and a renewal must never land after Stop said the round was over. A stuck
 		// round ends when the client's connection timeouts break the connection, or at Close.
-		r.res = w.renew(w.ctx, w.timeout, batches)
+		for kind, rns := range byKind {
+			batches := make([]Batch, len(rns))
+			for i, rn := range rns {
+				batches[i] = rn.batch
+			}
+			res := kind.Renew(w.ctx, w.timeout, batches)
+			for i, rn := range rns {
+				if i < len(res) {
+					rn.res = res[i]
+				} else {
+					rn.res.Err = errors.New("watchdog: renewal returned too few results")
+				}
+			}
+		}
 		close(done)
 		select {
 		case w.results <- r:
@@ -489,39 +452,50 @@ func (w *Watchdog) startRound(now time.Time, due []*Lease) {
 	}()
 }
 
+// apply records a round's results: a held lease's deadline moves to the round's send time
+// plus the timeout (never earlier: leases only grow), a lease found not held is lost, and a
+// failed renewal is retried with backoff. An outage is logged once per lease, when its
+// renewals start failing, and again when they recover.
 func (w *Watchdog) apply(r roundResult) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.inflight = false
-	for _, l := range r.leases {
-		if l.round == r.done {
-			l.round = nil
-		}
-	}
-	i := 0
-	for b, n := range r.sizes {
-		var res Result
-		if b < len(r.res) {
-			res = r.res[b]
-		} else {
-			res.Err = errors.New("watchdog: renewal returned too few results")
-		}
-		if res.Err != nil {
-			w.log.Warn("lease renewal failed; retrying", zap.Int("locks", n), zap.Error(res.Err))
-		}
-		for j := 0; j < n; j, i = j+1, i+1 {
-			l := r.leases[i]
-			if !l.active || l.gen != r.gens[i] {
-				continue // released or re-acquired while the round was in flight
-			}
-			switch {
-			case res.Err != nil || j >= len(res.Held):
-				l.next = time.Now().Add(w.retry)
-			case res.Held[j]:
-				l.deadline = r.sent.Add(w.timeout)
-				l.next = r.sent.Add(w.interval)
-			default:
-				w.loseLocked(l, "lock no longer held at renewal")
+	now := time.Now()
+	for kind, rns := range r.byKind {
+		for _, rn := range rns {
+			for j, l := range rn.leases {
+				if l.round == r.done {
+					l.round = nil
+				}
+				if !l.active || l.gen != rn.gens[j] {
+					continue // released or restarted while the round was in flight
+				}
+				switch {
+				case rn.res.Err != nil || j >= len(rn.res.Held):
+					if l.fails == 0 {
+						err := rn.res.Err
+						if err == nil {
+							err = errors.New("renewal reply too short")
+						}
+						w.log.Warn("lease renewal failing; retrying with backoff until the lease deadline",
+							zap.String("kind", kind.Name), zap.String("key", l.key), zap.String("owner", l.owner),
+							zap.Time("deadline", l.deadline), zap.Error(err))
+					}
+					l.next = now.Add(min(w.retry<<min(l.fails, 16), w.interval))
+					l.fails++
+				case rn.res.Held[j]:
+					if l.fails > 0 {
+						w.log.Info("lease renewed again", zap.String("kind", kind.Name), zap.String("key", l.key),
+							zap.String("owner", l.owner), zap.Int("failed", l.fails))
+					}
+					if end := r.sent.Add(w.timeout); end.After(l.deadline) {
+						l.deadline = end
+					}
+					l.next = r.sent.Add(w.interval)
+					l.fails = 0
+				default:
+					w.loseLocked(l, "lock no longer held at renewal")
+				}
 			}
 		}
 	}

@@ -117,6 +117,29 @@ func (f *fake) waitRenewals(t *testing.T, key string, n int) []time.Time {
 	return f.renewals(key)
 }
 
+// kind returns a Kind renewed by f.
+func (f *fake) kind(name string) *Kind { return &Kind{Name: name, Renew: f.renew} }
+
+// keep starts a lease renewed by the watchdog, as an acquisition without an explicit lease.
+func keep(w *Watchdog, k *Kind, key, owner string, sent time.Time) *Lease {
+	return w.Start(k, key, owner, sent, w.Timeout(), true)
+}
+
+// watch starts a lease only timed, as an acquisition with an explicit lease.
+func watch(w *Watchdog, k *Kind, key, owner string, sent time.Time, lease time.Duration) *Lease {
+	return w.Start(k, key, owner, sent, lease, false)
+}
+
+// deadline returns l's deadline and fails the test if l is lost.
+func deadline(t *testing.T, l *Lease) time.Time {
+	t.Helper()
+	d, ok := l.Deadline()
+	if !ok {
+		t.Fatal("Deadline() reports the lease lost")
+	}
+	return d
+}
+
 func newWatchdog(t *testing.T, opts Options) *Watchdog {
 	t.Helper()
 	w, err := New(opts)
@@ -150,18 +173,13 @@ func waitLost(t *testing.T, l *Lease, what string) time.Time {
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	f := newFake(nil)
-	for _, opts := range []Options{
-		{Timeout: 0, Renew: f.renew},
-		{Timeout: -time.Second, Renew: f.renew},
-		{Timeout: time.Second},
-	} {
-		if w, err := New(opts); err == nil {
+	for _, timeout := range []time.Duration{0, -time.Second} {
+		if w, err := New(Options{Timeout: timeout}); err == nil {
 			w.Close()
-			t.Errorf("New(Timeout %v, Renew set %v) succeeded, want an error", opts.Timeout, opts.Renew != nil)
+			t.Errorf("New(Timeout %v) succeeded, want an error", timeout)
 		}
 	}
-	w := newWatchdog(t, Options{Timeout: 7 * time.Second, Renew: f.renew})
+	w := newWatchdog(t, Options{Timeout: 7 * time.Second})
 	if got := w.Timeout(); got != 7*time.Second {
 		t.Fatalf("Timeout() = %v, want 7s", got)
 	}
@@ -171,9 +189,9 @@ func TestKeepRenewsEveryThirdOfTimeout(t *testing.T) {
 	t.Parallel()
 	const timeout = 150 * time.Millisecond
 	f := newFake(nil)
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
+	w := newWatchdog(t, Options{Timeout: timeout})
 	sent := time.Now()
-	l := w.Keep("k", "owner-1", sent)
+	l := keep(w, f.kind("plain"), "k", "owner-1", sent)
 
 	at := f.waitRenewals(t, "k", 5)
 	elapsed := at[4].Sub(sent)
@@ -199,7 +217,7 @@ func TestKeepRenewsEveryThirdOfTimeout(t *testing.T) {
 	// The lease would have run out at sent+timeout without renewals.
 	for time.Since(sent) < 4*timeout || len(at) < 11 {
 		if isClosed(l.Lost()) {
-			t.Fatalf("Lost closed %v after Keep while every renewal succeeded", time.Since(sent))
+			t.Fatalf("Lost closed %v after Start while every renewal succeeded", time.Since(sent))
 		}
 		f.waitCalls(t, "another renewal", func(cs []call) bool { return cs[len(cs)-1].at.After(at[len(at)-1]) })
 		at = f.renewals("k")
@@ -232,12 +250,13 @@ func TestNotHeldLosesAtOnce(t *testing.T) {
 		}
 		return res
 	})
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
+	w := newWatchdog(t, Options{Timeout: timeout})
+	k := f.kind("plain")
 	// The first renewal round (all three leases) goes out an interval after sent.
 	sent := time.Now()
-	kept := w.Keep("{s}kept1", "o", sent)
-	gone := w.Keep("{s}gone", "o", sent)
-	kept2 := w.Keep("{s}kept2", "o", sent)
+	kept := keep(w, k, "{s}kept1", "o", sent)
+	gone := keep(w, k, "{s}gone", "o", sent)
+	kept2 := keep(w, k, "{s}kept2", "o", sent)
 
 	lostAt := waitLost(t, gone, "lease found not held")
 	if deadline := sent.Add(timeout); lostAt.After(deadline.Add(-timeout / 3)) {
@@ -286,8 +305,8 @@ func TestRenewalErrorsRetriedUntilDeadline(t *testing.T) {
 				failures++
 				return tc.fail(batches)
 			})
-			w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
-			l := w.Keep("k", "o", time.Now())
+			w := newWatchdog(t, Options{Timeout: timeout})
+			l := keep(w, f.kind("plain"), "k", "o", time.Now())
 
 			lostAt := waitLost(t, l, "renewals failing")
 			mu.Lock()
@@ -316,9 +335,9 @@ func TestRenewalErrorsNeverSucceeding(t *testing.T) {
 	t.Parallel()
 	const timeout = 200 * time.Millisecond
 	f := newFake(func(_ context.Context, _ int, batches []Batch) []Result { return allErr(batches) })
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
+	w := newWatchdog(t, Options{Timeout: timeout})
 	sent := time.Now()
-	l := w.Keep("k", "o", sent)
+	l := keep(w, f.kind("plain"), "k", "o", sent)
 	lostAt := waitLost(t, l, "renewals failing")
 	if lostAt.Before(sent.Add(timeout)) {
 		t.Fatalf("Lost closed %v after sent, before the lease of %v ran out", lostAt.Sub(sent), timeout)
@@ -339,8 +358,8 @@ func TestShortOutage(t *testing.T) {
 		}
 		return allHeld(batches)
 	})
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
-	l := w.Keep("k", "o", start)
+	w := newWatchdog(t, Options{Timeout: timeout})
+	l := keep(w, f.kind("plain"), "k", "o", start)
 	f.waitCalls(t, "renewals well past the lease", func(cs []call) bool {
 		return len(cs) > 0 && cs[len(cs)-1].at.After(start.Add(3*timeout))
 	})
@@ -353,10 +372,11 @@ func TestStopBeforeRenewal(t *testing.T) {
 	t.Parallel()
 	const timeout = 150 * time.Millisecond
 	f := newFake(nil)
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
+	w := newWatchdog(t, Options{Timeout: timeout})
+	k := f.kind("plain")
 	sent := time.Now()
-	stopped := w.Keep("stopped", "o", sent)
-	control := w.Keep("control", "o", sent)
+	stopped := keep(w, k, "stopped", "o", sent)
+	control := keep(w, k, "control", "o", sent)
 	stopped.Stop()
 	stopped.Stop() // idempotent
 
@@ -382,8 +402,10 @@ func TestStopBeforeRenewal(t *testing.T) {
 	}
 }
 
-// TestStopDuringRound checks the generation check: a renewal reply that arrives after Stop
-// (or Reset) is not applied, even when it says the lock is gone.
+// TestStopDuringRound checks the generation check: a renewal reply that arrives after Stop,
+// or after the lease was stopped and started afresh by Hold, is not applied, even when it
+// says the lock is gone. A Hold of the lease while it stays active does not start it afresh:
+// the reply is news about the same hold, and is applied.
 func TestStopDuringRound(t *testing.T) {
 	t.Parallel()
 	const timeout = 600 * time.Millisecond
@@ -402,19 +424,25 @@ func TestStopDuringRound(t *testing.T) {
 		}
 		return res
 	})
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
-	sent := time.Now() // one round for all three, an interval from now
-	stopped := w.Keep("{a}stopped", "o", sent)
-	reset := w.Keep("{a}reset", "o", sent)
-	marker := w.Keep("{a}marker", "o", sent)
+	w := newWatchdog(t, Options{Timeout: timeout})
+	k := f.kind("plain")
+	sent := time.Now() // one round for all four, an interval from now
+	stopped := keep(w, k, "{a}stopped", "o", sent)
+	restarted := keep(w, k, "{a}restarted", "o", sent)
+	held := keep(w, k, "{a}held", "o", sent)
+	marker := keep(w, k, "{a}marker", "o", sent)
 	select {
 	case <-entered:
 	case <-time.After(waitFor):
 		t.Fatal("no renewal round started")
 	}
 	stopped.Stop()
-	if !reset.Reset(time.Now(), 0, true) {
-		t.Fatal("Reset of a live lease reported it lost")
+	restarted.Stop() // released, and acquired again while the round is in flight
+	if !restarted.Hold(time.Now(), 0, true) {
+		t.Fatal("Hold of a stopped lease reported it lost")
+	}
+	if !held.Hold(time.Now(), 0, true) { // re-entered: the same hold goes on
+		t.Fatal("Hold of a live lease reported it lost")
 	}
 	close(release)
 	// The marker was in the same round and was not touched: once its Lost is closed,
@@ -423,13 +451,16 @@ func TestStopDuringRound(t *testing.T) {
 	if isClosed(stopped.Lost()) {
 		t.Fatal("a reply for a lease stopped while the round was in flight closed its Lost")
 	}
-	if isClosed(reset.Lost()) {
-		t.Fatal("a reply for a lease reset while the round was in flight closed its Lost")
+	if isClosed(restarted.Lost()) {
+		t.Fatal("a reply for a lease started afresh while the round was in flight closed its Lost")
 	}
-	// The reset lease is still kept: it is renewed again.
-	f.waitRenewals(t, "{a}reset", 2)
-	if isClosed(reset.Lost()) {
-		t.Fatal("reset lease lost")
+	if !isClosed(held.Lost()) {
+		t.Fatal("a reply saying a lease held on (re-entered) was not held was ignored")
+	}
+	// The restarted lease is still kept: it is renewed again.
+	f.waitRenewals(t, "{a}restarted", 2)
+	if isClosed(restarted.Lost()) {
+		t.Fatal("restarted lease lost")
 	}
 }
 
@@ -437,12 +468,13 @@ func TestWatch(t *testing.T) {
 	t.Parallel()
 	const timeout, lease = 60 * time.Millisecond, 200 * time.Millisecond
 	f := newFake(nil)
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
-	control := w.Keep("control", "o", time.Now())
+	w := newWatchdog(t, Options{Timeout: timeout})
+	k := f.kind("plain")
+	control := keep(w, k, "control", "o", time.Now())
 
 	sent := time.Now()
-	watched := w.Watch("watched", "o", sent, lease)
-	stopped := w.Watch("stopped", "o", sent, lease)
+	watched := watch(w, k, "watched", "o", sent, lease)
+	stopped := watch(w, k, "stopped", "o", sent, lease)
 	stopped.Stop()
 	lostAt := waitLost(t, watched, "watched lease running out")
 	if lostAt.Before(sent.Add(lease)) {
@@ -466,57 +498,6 @@ func TestWatch(t *testing.T) {
 	}
 }
 
-func TestWatchReset(t *testing.T) {
-	t.Parallel()
-	const lease = 100 * time.Millisecond
-	f := newFake(nil)
-	w := newWatchdog(t, Options{Timeout: time.Minute, Renew: f.renew})
-	sent := time.Now()
-	l := w.Watch("k", "o", sent, lease)
-	// Re-entered with a longer lease before the first one ran out.
-	resent := sent.Add(lease / 2)
-	if !l.Reset(resent, 2*lease, false) {
-		t.Fatal("Reset of a live watched lease reported it lost")
-	}
-	lostAt := waitLost(t, l, "reset watched lease running out")
-	if lostAt.Before(resent.Add(2 * lease)) {
-		t.Fatalf("reset lease reported lost %v after the reset, before its new %v ran out", lostAt.Sub(resent), 2*lease)
-	}
-	if l.Reset(time.Now(), lease, false) {
-		t.Fatal("Reset of a lost lease reported success")
-	}
-	if n := len(f.snapshot()); n != 0 {
-		t.Fatalf("%d renewal calls for a watched lease", n)
-	}
-}
-
-// TestResetKeepsAndResumes checks that a kept lease stays kept when reset with an explicit
-// lease, and that Reset resumes a stopped lease.
-func TestResetKeepsAndResumes(t *testing.T) {
-	t.Parallel()
-	const timeout = 150 * time.Millisecond
-	f := newFake(nil)
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
-	kept := w.Keep("kept", "o", time.Now())
-	if !kept.Reset(time.Now(), 10*time.Millisecond, false) {
-		t.Fatal("Reset reported a live lease lost")
-	}
-	resumed := w.Keep("resumed", "o", time.Now())
-	resumed.Stop()
-	resumedAt := time.Now()
-	if !resumed.Reset(resumedAt, 0, true) {
-		t.Fatal("Reset of a stopped lease reported it lost")
-	}
-	kat := f.waitRenewals(t, "kept", 3)
-	f.waitRenewals(t, "resumed", 3)
-	if isClosed(kept.Lost()) {
-		t.Fatalf("kept lease reset with a 10ms lease was reported lost; renewals at %v", kat)
-	}
-	if isClosed(resumed.Lost()) {
-		t.Fatal("resumed lease was reported lost")
-	}
-}
-
 func TestBatching(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -529,23 +510,24 @@ func TestBatching(t *testing.T) {
 			t.Parallel()
 			f := newFake(nil)
 			const timeout = 600 * time.Millisecond
-			w := newWatchdog(t, Options{Timeout: timeout, BatchSize: tc.batchSize, Renew: f.renew})
+			w := newWatchdog(t, Options{Timeout: timeout, BatchSize: tc.batchSize})
 			owners := make(map[string]string)
-			keep := func(key string) {
+			add := func(key string) {
 				owners[key] = "owner-of-" + key
 			}
 			for i := 1; i <= 250; i++ {
-				keep("{tag}:" + strconv.Itoa(i))
+				add("{tag}:" + strconv.Itoa(i))
 			}
 			for i := 1; i <= 30; i++ {
-				keep("{other}:" + strconv.Itoa(i))
+				add("{other}:" + strconv.Itoa(i))
 			}
 			for i := 1; i <= 40; i++ {
-				keep("plain:" + strconv.Itoa(i)) // many slots, a few lease each
+				add("plain:" + strconv.Itoa(i)) // many slots, a few lease each
 			}
+			k := f.kind("plain")
 			sent := time.Now() // all due together, an interval (200 ms) from now
-			for k, o := range owners {
-				w.Keep(k, o, sent)
+			for key, o := range owners {
+				keep(w, k, key, o, sent)
 			}
 			cs := f.waitCalls(t, "a renewal round", func(cs []call) bool { return len(cs) > 0 })
 			round := cs[0]
@@ -560,19 +542,19 @@ func TestBatching(t *testing.T) {
 				}
 				slot := keyslot.Of(b.Keys[0])
 				perSlot[slot]++
-				for i, k := range b.Keys {
-					if s := keyslot.Of(k); s != slot {
-						t.Errorf("batch mixes slots %d (%s) and %d (%s)", slot, b.Keys[0], s, k)
+				for i, key := range b.Keys {
+					if s := keyslot.Of(key); s != slot {
+						t.Errorf("batch mixes slots %d (%s) and %d (%s)", slot, b.Keys[0], s, key)
 					}
-					if b.Owners[i] != owners[k] {
-						t.Errorf("batch pairs %s with owner %q, want %q", k, b.Owners[i], owners[k])
+					if b.Owners[i] != owners[key] {
+						t.Errorf("batch pairs %s with owner %q, want %q", key, b.Owners[i], owners[key])
 					}
-					seen[k]++
+					seen[key]++
 				}
 			}
-			for k := range owners {
-				if seen[k] != 1 {
-					t.Errorf("%s renewed %d times in the first round, want once", k, seen[k])
+			for key := range owners {
+				if seen[key] != 1 {
+					t.Errorf("%s renewed %d times in the first round, want once", key, seen[key])
 				}
 			}
 			if len(seen) != len(owners) {
@@ -593,14 +575,15 @@ func TestBatching(t *testing.T) {
 func TestClose(t *testing.T) {
 	before := runtime.NumGoroutine()
 	f := newFake(nil)
-	w, err := New(Options{Timeout: time.Minute, Renew: f.renew})
+	w, err := New(Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
+	k := f.kind("plain")
 	now := time.Now()
-	kept := []*Lease{w.Keep("a", "o", now), w.Keep("b", "o", now)}
-	watched := w.Watch("c", "o", now, time.Minute)
-	stopped := w.Keep("d", "o", now)
+	kept := []*Lease{keep(w, k, "a", "o", now), keep(w, k, "b", "o", now)}
+	watched := watch(w, k, "c", "o", now, time.Minute)
+	stopped := keep(w, k, "d", "o", now)
 	stopped.Stop()
 
 	done := make(chan struct{})
@@ -626,20 +609,26 @@ func TestClose(t *testing.T) {
 	if isClosed(stopped.Lost()) {
 		t.Error("a stopped lease was reported lost by Close")
 	}
-	for i, l := range []*Lease{w.Keep("e", "o", time.Now()), w.Watch("f", "o", time.Now(), time.Minute)} {
+	for i, l := range []*Lease{keep(w, k, "e", "o", time.Now()), watch(w, k, "f", "o", time.Now(), time.Minute)} {
 		if !isClosed(l.Lost()) {
 			t.Errorf("lease %d taken after Close: Lost not closed", i)
 		}
-		if l.Reset(time.Now(), 0, true) {
-			t.Errorf("lease %d taken after Close: Reset succeeded", i)
+		if l.Hold(time.Now(), 0, true) {
+			t.Errorf("lease %d taken after Close: Hold succeeded", i)
 		}
 		l.Stop()
 	}
-	if stopped.Reset(time.Now(), 0, true) {
-		t.Error("Reset of a stopped lease after Close succeeded")
+	if stopped.Hold(time.Now(), 0, true) {
+		t.Error("Hold of a stopped lease after Close succeeded")
 	}
 	if !isClosed(stopped.Lost()) {
-		t.Error("Reset after Close did not report the lease lost")
+		t.Error("Hold after Close did not report the lease lost")
+	}
+	lapsed := keep(w, k, "g", "o", now)
+	lapsed.Stop()
+	lapsed.Lapse()
+	if !isClosed(lapsed.Lost()) {
+		t.Error("Lapse after Close did not report the lease lost")
 	}
 	if n := len(f.snapshot()); n != 0 {
 		t.Errorf("%d renewal calls, want none (nothing was due)", n)
@@ -667,11 +656,11 @@ func TestCloseDuringRound(t *testing.T) {
 		<-ctx.Done()
 		return allErr(batches)
 	})
-	w, err := New(Options{Timeout: timeout, Renew: f.renew})
+	w, err := New(Options{Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := w.Keep("k", "o", time.Now().Add(-timeout/3))
+	l := keep(w, f.kind("plain"), "k", "o", time.Now().Add(-timeout/3))
 	select {
 	case <-entered:
 	case <-time.After(waitFor):
@@ -692,7 +681,8 @@ func TestCloseDuringRound(t *testing.T) {
 	}
 }
 
-// TestRealRedis keeps a Redisson-style lock hash alive with the real renewal script.
+// TestRealRedis keeps a Redisson-style lock hash alive with the real renewal script, which
+// never shortens a TTL.
 func TestRealRedis(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -700,32 +690,71 @@ func TestRealRedis(t *testing.T) {
 		c := b.Client(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		renew := scriptRenew(c)
+		var mu sync.Mutex
+		rounds := 0
+		real := scriptRenew(c)
+		kind := &Kind{Name: "plain", Renew: func(ctx context.Context, lease time.Duration, batches []Batch) []Result {
+			res := real(ctx, lease, batches)
+			mu.Lock()
+			rounds++
+			mu.Unlock()
+			return res
+		}}
+		roundsDone := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return rounds
+		}
 
-		const timeout = 300 * time.Millisecond
+		const timeout = 200 * time.Millisecond
+		const long = 5 * time.Second // an explicit lease longer than the timeout, kept too
 		const key, owner = "{lock}:orders", "f8c1b4e2-0000-4000-8000-000000000001:1"
-		w := newWatchdog(t, Options{Timeout: timeout, Renew: renew})
-		sent := time.Now()
-		if err := c.Do(ctx, c.B().Hset().Key(key).FieldValue().FieldValue(owner, "1").Build()).Error(); err != nil {
-			t.Fatal(err)
+		const longKey = "{lock}:long"
+		w := newWatchdog(t, Options{Timeout: timeout})
+		set := func(key string, ttl time.Duration) time.Time {
+			t.Helper()
+			sent := time.Now()
+			if err := c.Do(ctx, c.B().Hset().Key(key).FieldValue().FieldValue(owner, "1").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Do(ctx, c.B().Pexpire().Key(key).Milliseconds(ttl.Milliseconds()).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			return sent
 		}
-		if err := c.Do(ctx, c.B().Pexpire().Key(key).Milliseconds(timeout.Milliseconds()).Build()).Error(); err != nil {
-			t.Fatal(err)
+		pttl := func(key string) int64 {
+			t.Helper()
+			ms, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ms
 		}
-		l := w.Keep(key, owner, sent)
+		sent := set(key, timeout)
+		l := keep(w, kind, key, owner, sent)
+		longSent := set(longKey, long)
+		ll := w.Start(kind, longKey, owner, longSent, long, true)
 
 		// Three leases' worth of time: without renewals the key would be long gone.
 		select {
 		case <-l.Lost():
 			t.Fatal("Lost closed while the lock was held and renewed")
-		case <-time.After(time.Second):
+		case <-ll.Lost():
+			t.Fatal("Lost closed for the long lease while the lock was held and renewed")
+		case <-time.After(3 * timeout):
 		}
-		pttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
-		if err != nil {
-			t.Fatal(err)
+		if n := roundsDone(); n < 3 {
+			t.Fatalf("%d renewal rounds in %v, want one every %v", n, 3*timeout, timeout/3)
 		}
-		if pttl <= 0 || pttl > timeout.Milliseconds() {
-			t.Fatalf("PTTL after %v = %d ms, want in (0, %d]", time.Since(sent), pttl, timeout.Milliseconds())
+		if ms := pttl(key); ms <= 0 || ms > timeout.Milliseconds() {
+			t.Fatalf("PTTL after %v = %d ms, want in (0, %d]", time.Since(sent), ms, timeout.Milliseconds())
+		}
+		// The renewals left the longer TTL alone, and the lease's deadline with it.
+		if ms, left := pttl(longKey), time.Until(longSent.Add(long)); ms < (left - 100*time.Millisecond).Milliseconds() {
+			t.Fatalf("PTTL of the long lease = %d ms, want about the %v left of it: a renewal shortened it", ms, left)
+		}
+		if d := deadline(t, ll); !d.Equal(longSent.Add(long)) {
+			t.Fatalf("long lease's deadline moved by %v, want sent + %v", d.Sub(longSent.Add(long)), long)
 		}
 
 		// The lock is taken away: the next renewal finds it gone.
@@ -739,6 +768,9 @@ func TestRealRedis(t *testing.T) {
 		}
 		if n, err := c.Do(ctx, c.B().Exists().Key(key).Build()).AsInt64(); err != nil || n != 0 {
 			t.Fatalf("EXISTS after the lease was lost = %d, %v; the renewal must not recreate the key", n, err)
+		}
+		if isClosed(ll.Lost()) {
+			t.Fatal("the long lease was lost with its neighbour")
 		}
 	})
 }
@@ -773,11 +805,16 @@ func TestDeadlineAndLose(t *testing.T) {
 	t.Parallel()
 	const timeout = 90 * time.Millisecond
 	f := newFake(nil)
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
+	w := newWatchdog(t, Options{Timeout: timeout})
+	k := f.kind("plain")
 	sent := time.Now()
-	l := w.Keep("k", "o", sent)
+	// A kept lease lives at least the timeout, whatever ttl says.
+	l := w.Start(k, "k", "o", sent, 0, true)
 	if d, ok := l.Deadline(); !ok || !d.Equal(sent.Add(timeout)) {
-		t.Fatalf("Deadline() = %v, %v; want sent+timeout, true", d.Sub(sent), ok)
+		t.Fatalf("Deadline() = sent%+v, %v; want sent+timeout, true", d.Sub(sent), ok)
+	}
+	if d := deadline(t, w.Start(k, "k2", "o", sent, timeout/2, true)); !d.Equal(sent.Add(timeout)) {
+		t.Fatalf("kept lease started with ttl %v: Deadline() = sent%+v, want sent+timeout", timeout/2, d.Sub(sent))
 	}
 	f.waitRenewals(t, "k", 1)
 	var renewed time.Time
@@ -805,59 +842,10 @@ func TestDeadlineAndLose(t *testing.T) {
 		t.Fatal("a lost lease still reports a deadline")
 	}
 	l.Lose("again") // idempotent
-	if l.Reset(time.Now(), timeout, true) {
-		t.Fatal("Reset revived a lost lease")
+	if l.Hold(time.Now(), timeout, true) {
+		t.Fatal("Hold revived a lost lease")
 	}
-}
-
-// Distrust caps the deadline by a TTL a command of unknown outcome may set, never moves it
-// later, and ends the renewals when that TTL is shorter than the timeout, so Lost closes by
-// it; ResetKept resumes them.
-func TestDistrustAndResetKept(t *testing.T) {
-	t.Parallel()
-	const timeout = 300 * time.Millisecond
-	f := newFake(nil)
-	w := newWatchdog(t, Options{Timeout: timeout, Renew: f.renew})
-	l := w.Keep("k", "o", time.Now())
-	f.waitRenewals(t, "k", 1)
-
-	before, _ := l.Deadline()
-	if tr := l.Distrust(time.Now(), timeout); !tr.ok { // no shorter than the timeout: nothing changes
-		t.Fatal("Distrust reported a live lease lost")
-	}
-	if d, _ := l.Deadline(); d.After(before) {
-		t.Fatalf("Distrust moved the deadline later by %v", d.Sub(before))
-	}
-	f.waitRenewals(t, "k", 2) // still renewed
-
-	sent := time.Now()
-	l.Distrust(sent, timeout/3)
-	if d, ok := l.Deadline(); !ok || d.After(sent.Add(timeout/3)) {
-		t.Fatalf("deadline %v after sent, want at most %v", d.Sub(sent), timeout/3)
-	}
-	n := len(f.renewals("k"))
-	select {
-	case <-l.Lost():
-	case <-time.After(waitFor):
-		t.Fatal("a distrusted lease did not run out")
-	}
-	if got := len(f.renewals("k")); got != n {
-		t.Fatalf("%d renewals after Distrust, want none", got-n)
-	}
-
-	m := w.Keep("m", "o", time.Now())
-	before, _ = m.Deadline()
-	m.Restore(m.Distrust(time.Now(), timeout/3)) // a refused command: as it was
-	if d, _ := m.Deadline(); !d.Equal(before) {
-		t.Fatalf("Restore left the deadline %v from where it was", d.Sub(before))
-	}
-	m.Distrust(time.Now(), timeout/3)
-	if !m.ResetKept(time.Now(), timeout/3) {
-		t.Fatal("ResetKept reported a live lease lost")
-	}
-	f.waitRenewals(t, "m", 1) // renewed again, within a third of the TTL
-	time.Sleep(timeout / 2)
-	if isClosed(m.Lost()) {
-		t.Fatal("a lease kept again by ResetKept ran out")
+	if !isClosed(l.Lost()) {
+		t.Fatal("Lost reopened")
 	}
 }

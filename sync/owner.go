@@ -1,0 +1,278 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/latchkey/latchkey/watchdog"
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+)
+
+// The core every primitive is built on: an owner (its ID, unlock latch, numbered requests
+// and the one retry loop), its hold (count, lease, Lost), the wait (wait.go) and the janitor
+// (janitor.go). A primitive adds its scripts and a thin type.
+//
+// Every request is safe to repeat, so an unknown outcome is settled by asking again:
+// counts come from the owner (a repeat sets the same count, and a hold the owner never
+// learned of is adopted by its next acquire), leases only grow (no run, late or repeated,
+// cuts a hold short), and releases are numbered on the owner's latch (a repeat replies what
+// the first run did, a late run of an earlier release changes nothing).
+
+// Backoff between repeats of a request (see WithRetryBudget). The latch outlives the retry
+// budget by far: it is what makes a run of an earlier release reaching Redis late change
+// nothing, and it is deleted when its owner is collected or its Client closed.
+const (
+	retryBackoff  = 20 * time.Millisecond
+	maxBackoff    = time.Second
+	unlockLatchMs = "300000"
+)
+
+// owner is one owner ID on one object: the identity its holds are kept under in Redis.
+type owner struct {
+	c    *Client
+	name string // the object's name, its Redis key
+	id   string // "<client UUID>:<n>"
+	kind *watchdog.Kind
+	err  error // a bad name, reported by every call
+
+	// op serialises the owner's requests, so that its idea of its holds changes in the order
+	// Redis applied them even when goroutines share the owner. A channel, so that waiting
+	// for it honours a context.
+	op chan struct{}
+
+	latch     string   // the unlock latch key, made at the first numbered request
+	reqs      uint64   // numbered requests made
+	unsettled *request // a numbered request whose outcome is unknown, repeated before the next
+	unsure    bool     // an acquire's outcome is unknown: Redis may count a hold the owner does not
+
+	count  int           // holds as last known
+	leaseD time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
+	run    int           // consecutive local hand-offs that led to the current hold
+	lease  atomic.Pointer[watchdog.Lease]
+}
+
+// init makes o a fresh owner of c on the object called name, its holds leased as kind.
+func (o *owner) init(c *Client, name string, kind *watchdog.Kind) {
+	o.c, o.name, o.kind, o.op = c, name, kind, make(chan struct{}, 1)
+	o.id = c.id + ":" + strconv.FormatInt(c.owners.Add(1), 10)
+	if name == "" {
+		o.err = invalid("name", "must not be empty, got %q", name)
+	} else if strings.Contains(name, "{") && !hasHashTag(name) {
+		// Redisson's rule (REDISSON-LAYOUT §1.2) trusts any '{' to be a tag: the channel and
+		// latch keys then hash elsewhere, which a cluster rejects as CROSSSLOT.
+		c.log.Warn("name has '{' but no valid hash tag; its derived keys may fall in another slot",
+			zap.String("name", name))
+	}
+}
+
+// hasHashTag reports whether name has a non-empty Redis Cluster hash tag.
+func hasHashTag(name string) bool {
+	i := strings.IndexByte(name, '{')
+	return i >= 0 && strings.IndexByte(name[i+1:], '}') > 0
+}
+
+// lock takes the owner's op within ctx; unlock gives it back.
+func (o *owner) lock(ctx context.Context) error {
+	select {
+	case o.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (o *owner) unlock() { <-o.op }
+
+func (o *owner) tryLock() bool {
+	select {
+	case o.op <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// check validates what every Redis-touching call gets.
+func (o *owner) check(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	if o.c.isClosed() {
+		return ErrClosed
+	}
+	return o.err
+}
+
+// A request is a numbered request kept for repeating, with what its reply means when it is
+// learned late (settled).
+type request struct {
+	script     *rueidis.Lua
+	keys, args []string
+	settled    func(rueidis.RedisMessage) error
+}
+
+// numbered runs a request numbered on the owner's latch: build makes its keys and arguments
+// from the latch key and the request number. When its outcome stays unknown it is kept, and
+// repeated before the owner's next request. Caller holds op and has settled.
+func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, build func(latch, n string) (keys, args []string),
+	settled func(rueidis.RedisMessage) error) (rueidis.RedisMessage, error) {
+	if o.latch == "" {
+		o.latch = prefixName(unlockLatchPrefix, o.name) + ":" + o.c.newRequestID()
+		o.c.janitor.track(o)
+	}
+	o.reqs++
+	r := &request{script: script, settled: settled}
+	r.keys, r.args = build(o.latch, strconv.FormatUint(o.reqs, 10))
+	msg, err := o.c.exec(ctx, false, script, r.keys, r.args)
+	if errors.Is(err, ErrOutcomeUnknown) {
+		o.unsettled = r
+	}
+	return msg, o.wrap(err)
+}
+
+// settle repeats a request whose outcome is unknown until Redis answers, so that no later
+// request runs while a late run of it could still act, and reports what the answer means.
+// Caller holds op.
+func (o *owner) settle(ctx context.Context) error {
+	r := o.unsettled
+	if r == nil {
+		return nil
+	}
+	msg, err := o.c.exec(ctx, false, r.script, r.keys, r.args)
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return fmt.Errorf("dsync: %q: an earlier request's outcome is still unknown: %w", o.name, err)
+	}
+	o.unsettled = nil
+	if err != nil {
+		return nil // refused: the repeat changed nothing, and so do later runs (the mark passed them)
+	}
+	return r.settled(msg)
+}
+
+// exec runs a script that is safe to repeat. A reply lost to the network, or a refusal that
+// means the script did not run (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY),
+// is retried with backoff within the retry budget — and within ctx if bounded (a release is
+// not: it must still run when the caller's request has ended). A script already sent is
+// awaited whatever ctx says: only its reply tells what it did. When no reply came back for a
+// run that may have acted, the error wraps ErrOutcomeUnknown. A nil reply is no error.
+func (c *Client) exec(ctx context.Context, bounded bool, s *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+	sendCtx := context.WithoutCancel(ctx)
+	start := time.Now()
+	backoff := retryBackoff
+	unknown := false
+	for {
+		msg, err := s.Exec(sendCtx, c.rdb, keys, args).ToMessage()
+		if err == nil || rueidis.IsRedisNil(err) {
+			return msg, nil
+		}
+		rerr, isRedis := rueidis.IsRedisErr(err)
+		unknown = unknown || !isRedis
+		retry := !isRedis || notRun(rerr)
+		if !retry || errors.Is(err, rueidis.ErrClosing) || time.Since(start)+backoff > c.budget ||
+			(bounded && ctx.Err() != nil) {
+			if unknown {
+				return msg, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+			}
+			return msg, err
+		}
+		c.log.Debug("no reply, or the script did not run; repeating the request", zap.Error(err))
+		select {
+		case <-time.After(backoff):
+		case <-c.closed:
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// notRun reports whether a Redis error reply means the script never ran.
+func notRun(e *rueidis.RedisError) bool {
+	code, _, _ := strings.Cut(e.Error(), " ")
+	switch code {
+	case "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY":
+		return true
+	}
+	return false
+}
+
+// wrap names the object in an error, and turns a WRONGTYPE refusal into ErrWrongType.
+func (o *owner) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.Contains(rerr.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: key %q: %w", ErrWrongType, o.name, err)
+	}
+	return fmt.Errorf("dsync: %q: %w", o.name, err)
+}
+
+// ttl is the lease of the latest hold: the TTL a partial release keeps at least.
+func (o *owner) ttl() time.Duration {
+	if o.leaseD == 0 {
+		return o.c.wdTimeout
+	}
+	return o.leaseD
+}
+
+// took records a hold that a script sent at sent granted with lease (0: kept by the
+// watchdog) and registers it with the watchdog before the caller learns of it. A hold whose
+// lease ran out before it could be reported (the process paused) is lost, not reported
+// taken. Caller holds op.
+func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
+	if o.count == 0 {
+		o.run = run
+	}
+	o.count++
+	o.leaseD = lease
+	keep := lease == 0
+	// A lease not lost is reused from hold to hold: its Lost channel is still open, and a
+	// lock taken in a loop costs no new lease.
+	l := o.lease.Load()
+	if l == nil || !l.Hold(sent, o.ttl(), keep) {
+		l = o.c.wd.Start(o.kind, o.name, o.id, sent, o.ttl(), keep)
+		o.lease.Store(l)
+	}
+	if !o.valid() {
+		return o.lost("the lease ran out before the acquire returned")
+	}
+	return nil
+}
+
+// lost records that the owner's hold is gone from Redis: Lost closes, and the error to
+// return says so. Caller holds op.
+func (o *owner) lost(reason string) error {
+	o.count = 0
+	if l := o.lease.Load(); l != nil {
+		l.Lose(reason)
+	}
+	return fmt.Errorf("%w: %w: %q, owner %s: %s", ErrLockLost, ErrNotHeld, o.name, o.id, reason)
+}
+
+// valid reports whether the current hold's lease is ahead, now, by the monotonic clock.
+func (o *owner) valid() bool {
+	d, ok := o.deadline()
+	return ok && time.Now().Before(d)
+}
+
+// deadline returns when the current hold's lease ends unless renewed, and false when there
+// is no hold or its lease is lost.
+func (o *owner) deadline() (time.Time, bool) {
+	l := o.lease.Load()
+	if l == nil {
+		return time.Time{}, false
+	}
+	return l.Deadline()
+}
+
+// lostCh is Lost: the current (or last) hold's Lost channel, nil before the first.
+func (o *owner) lostCh() <-chan struct{} {
+	if l := o.lease.Load(); l != nil {
+		return l.Lost()
+	}
+	return nil
+}

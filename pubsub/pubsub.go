@@ -86,8 +86,9 @@ type Mux struct {
 	err      error // why the Mux stopped: ErrClosed, or the rueidis client closed
 
 	kick chan struct{} // the run loop has work in dirty
-	stop chan struct{}
-	done chan struct{}
+	stop chan struct{} // closed by Close
+	dead chan struct{} // closed when the Mux stops for good: Close, or the client closed
+	done chan struct{} // closed when the run loop has returned
 	// ctx is the parent of every command's context; Close cancels it, so that Close does not
 	// wait up to CommandTimeout for a command stuck on an unresponsive server.
 	ctx    context.Context
@@ -133,6 +134,7 @@ func New(client rueidis.Client, opts Options) *Mux {
 		dirty:    make(map[string]struct{}),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
+		dead:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	go m.run()
@@ -146,7 +148,7 @@ func New(client rueidis.Client, opts Options) *Mux {
 func (m *Mux) Subscribe(name string, policy Policy) (*Waiter, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.err != nil {
 		return nil, m.err
 	}
 	ch := m.channels[name]
@@ -204,7 +206,7 @@ func (m *Mux) Join(name string) (*Waiter, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ch := m.channels[name]
-	if m.closed || ch == nil || len(ch.waiters) == 0 {
+	if m.err != nil || ch == nil || len(ch.waiters) == 0 {
 		return nil, time.Time{}
 	}
 	return m.addLocked(ch), ch.hint
@@ -306,7 +308,7 @@ func (m *Mux) markDirty(name string) {
 }
 
 // Close stops the connection goroutine and drops every subscription. Waiters are not
-// signalled: their owners watch their own shutdown signal. Close is idempotent.
+// signalled: their owners watch Done. Close is idempotent.
 func (m *Mux) Close() {
 	m.mu.Lock()
 	if m.closed {
@@ -315,16 +317,27 @@ func (m *Mux) Close() {
 		return
 	}
 	m.closed = true
-	m.err = ErrClosed
+	m.dieLocked(ErrClosed)
 	m.mu.Unlock()
 	close(m.stop)
 	m.cancel()
 	<-m.done
 }
 
-// Done is closed when the Mux has stopped for good: Close was called, or its rueidis client
-// was closed. Waiters should watch it: no message will wake them any more.
-func (m *Mux) Done() <-chan struct{} { return m.done }
+// dieLocked marks the Mux stopped for good, for err. Caller holds m.mu.
+func (m *Mux) dieLocked(err error) {
+	if m.err == nil {
+		m.err = err
+		close(m.dead)
+	}
+}
+
+// Done is closed when the Mux has stopped for good: Close was called, or it found its
+// rueidis client closed (its own connection broke, or could not be made, with
+// rueidis.ErrClosing; rueidis leaves a dedicated connection open when the client closes, so
+// the Mux may not notice while that connection stays up). Waiters should watch it: no
+// message will wake them any more.
+func (m *Mux) Done() <-chan struct{} { return m.dead }
 
 // Err returns why the Mux stopped (ErrClosed, or an error wrapping rueidis.ErrClosing when
 // its client was closed), or nil while it runs.
@@ -334,18 +347,15 @@ func (m *Mux) Err() error {
 	return m.err
 }
 
-// clientClosed stops the Mux when its rueidis client is closed: nothing can be subscribed
-// any more. It reports whether err says so.
+// clientClosed stops the Mux if err says its rueidis client is closed: nothing can be
+// subscribed any more. It reports whether it did.
 func (m *Mux) clientClosed(err error) bool {
 	if !errors.Is(err, rueidis.ErrClosing) {
 		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.closed {
-		m.closed = true
-		m.err = fmt.Errorf("pubsub: %w", err)
-	}
+	m.dieLocked(fmt.Errorf("pubsub: %w", err))
 	return true
 }
 

@@ -263,7 +263,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	// What a repeat of this release means when it is settled by the next call.
 	settled := func(msg rueidis.RedisMessage) error {
 		if final {
-			lease.Stop() // given up either way
+			if lease != nil {
+				lease.Stop() // given up either way
+			}
 			return nil
 		}
 		if msg.IsNil() {
@@ -276,6 +278,12 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	v, verr := msg.AsInt64()
 	if h != nil {
 		h.verdict <- verdict{handed: err == nil && verr == nil && v == releasedHanded, sent: sent, run: o.run + 1}
+		if o.unsettled != nil {
+			// The heir attempts itself now: should the release first run when repeated at the
+			// next call, it frees the lock and publishes rather than hand it to a waiter that
+			// would not know.
+			o.unsettled.args = o.unsettled.args[:7]
+		}
 	}
 	switch {
 	case errors.Is(err, ErrOutcomeUnknown):

@@ -172,7 +172,8 @@ func (c *Client) exec(ctx context.Context, bounded bool, s *rueidis.Lua, keys, a
 			return msg, nil
 		}
 		rerr, isRedis := rueidis.IsRedisErr(err)
-		unknown = unknown || !isRedis
+		// rueidis.ErrClosing: the client was closed, and nothing was sent.
+		unknown = unknown || (!isRedis && !errors.Is(err, rueidis.ErrClosing))
 		retry := !isRedis || notRun(rerr)
 		if !retry || errors.Is(err, rueidis.ErrClosing) || time.Since(start)+backoff > c.budget ||
 			(bounded && ctx.Err() != nil) {
@@ -205,6 +206,7 @@ func (o *owner) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
+	o.c.sawClosing(err)
 	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.Contains(rerr.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w: key %q: %w", ErrWrongType, o.name, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/pubsub"
+	"github.com/redis/rueidis"
 )
 
 // A wait describes one blocking acquisition: what to attempt, which channel's messages mean
@@ -122,6 +123,8 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			return h.leave(ctx, ErrClosed)
 		case <-c.mux.Done():
 			return h.leave(ctx, c.waitEnded(c.mux.Err()))
+		case <-c.rdbClosed:
+			return h.leave(ctx, c.waitEnded(rueidis.ErrClosing))
 		}
 		if h != nil && !decided && !h.state.CompareAndSwap(heirParked, heirBusy) {
 			// A release is handing the lock over: its reply decides.

@@ -19,17 +19,18 @@ import (
 // meanwhile does not pull the failing one's retries forward.
 func TestBackoffUnderOutage(t *testing.T) {
 	t.Parallel()
-	const timeout = 300 * time.Millisecond
-	const interval, retry = timeout / 3, timeout / 30
 	for _, tc := range []struct {
-		name string
-		ttl  time.Duration
+		name         string
+		timeout, ttl time.Duration
 	}{
-		{"lease of the timeout", timeout},
-		{"longer lease", 2 * timeout}, // long enough for the backoff to reach its cap
+		{"lease of the timeout", 300 * time.Millisecond, 300 * time.Millisecond},
+		// Six intervals: long enough for the backoff to reach its cap.
+		{"longer lease", 150 * time.Millisecond, 300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			timeout := tc.timeout
+			interval, retry := timeout/3, max(timeout/30, 5*time.Millisecond)
 			f := newFake(func(_ context.Context, _ int, batches []Batch) []Result {
 				res := allHeld(batches)
 				for i, b := range batches {
@@ -55,25 +56,29 @@ func TestBackoffUnderOutage(t *testing.T) {
 			}
 			at := f.renewals("{down}k")
 			// First renewal after an interval, then retries after retry, 2×retry, ... capped
-			// at the interval: about log2(interval/retry) + ttl/interval calls in all. The
-			// old code retried at once, thousands of times.
-			limit := bits.Len64(uint64(interval/retry)) + int(tc.ttl/interval) + 1
+			// at the interval and at half the time left: about log2(interval/retry) twice
+			// plus ttl/interval calls in all. The old code retried at once, thousands of times.
+			limit := 2*bits.Len64(uint64(interval/retry)) + int(tc.ttl/interval) + 1
 			if len(at) < 2 || len(at) > limit {
 				t.Fatalf("%d renewal attempts over a lease of %v, want 2..%d", len(at), tc.ttl, limit)
 			}
-			// Each retry waits its backoff at least: it is timed from the reply, which
-			// came after the call.
+			// Each retry waits at least the first backoff, and the backoff does grow: it is
+			// timed from the reply, which came after the call.
+			maxGap := time.Duration(0)
 			for i := 1; i < len(at); i++ {
-				want := min(retry<<(i-1), interval)
-				if gap := at[i].Sub(at[i-1]); gap < want {
-					t.Errorf("retry %d came %v after the attempt before, want at least %v (attempts at %v)", i, gap, want, offsets(sent, at))
+				gap := at[i].Sub(at[i-1])
+				if gap < retry {
+					t.Errorf("retry %d came %v after the attempt before, want at least %v (attempts at %v)", i, gap, retry, offsets(sent, at))
 				}
+				maxGap = max(maxGap, gap)
 			}
 			t.Logf("attempts at %v", offsets(sent, at))
-			if tc.ttl >= 2*timeout {
-				if last := at[len(at)-1].Sub(at[len(at)-2]); last < interval {
-					t.Errorf("backoff not capped at the interval: last gap %v", last)
-				}
+			if tc.ttl >= 5*interval && maxGap < interval {
+				t.Errorf("backoff never reached the interval: longest gap %v", maxGap)
+			}
+			// Backing off never skips the time just before the deadline.
+			if last := at[len(at)-1]; end.Sub(last) > interval/2 {
+				t.Errorf("last attempt %v before the deadline, want within %v", end.Sub(last), interval/2)
 			}
 			if isClosed(healthy.Lost()) {
 				t.Fatal("the healthy lease was reported lost")
@@ -152,5 +157,26 @@ func TestOutageLoggedOncePerLease(t *testing.T) {
 		if isClosed(l.Lost()) {
 			t.Fatal("a lease was lost in an outage shorter than its lease")
 		}
+	}
+}
+
+// TestLateRecoverySavesLease checks that the backoff still tries shortly before the deadline:
+// an outage that ends then does not cost the lease.
+func TestLateRecoverySavesLease(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	sent := time.Now()
+	f := newFake(func(_ context.Context, _ int, b []Batch) []Result {
+		if time.Since(sent) < timeout*85/100 {
+			return allErr(b)
+		}
+		return allHeld(b)
+	})
+	w := newWatchdog(t, Options{Timeout: timeout})
+	l := keep(w, f.kind("plain"), "k", "o", sent)
+	select {
+	case <-l.Lost():
+		t.Fatalf("lost at %v; attempts at %v", time.Since(sent), offsets(sent, f.renewals("k")))
+	case <-time.After(2 * timeout):
 	}
 }

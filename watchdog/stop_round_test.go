@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 
 // A renewal round can be on its way when the holder releases. Stop hands that round back, and
 // a release that waits for it is never followed by the renewal — which otherwise stretches a
-// re-acquisition by the same owner (here with an explicit 200 ms lease) to the watchdog
+// re-acquisition by the same owner (here with an explicit 100 ms lease) to the watchdog
 // timeout: the owner check in the script cannot tell the two holds apart (Redisson #7272).
 func TestStopWaitsForRoundInFlight(t *testing.T) {
 	t.Parallel()
@@ -32,7 +33,7 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 			return real(context.Background(), lease, batches)
 		}}
 		const timeout = 3 * time.Second
-		const lease = 200 * time.Millisecond
+		const lease = 100 * time.Millisecond
 		const key, owner = "review:stale", "f8c1b4e2-0000-4000-8000-000000000001:1"
 		w := newWatchdog(t, Options{Timeout: timeout})
 		acquire := func(ms string) time.Time {
@@ -68,7 +69,7 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 		if err := c.Do(ctx, c.B().Del().Key(key).Build()).Error(); err != nil { // the release
 			t.Fatal(err)
 		}
-		sent := acquire("200") // same owner, explicit 200 ms lease
+		sent := acquire(strconv.FormatInt(lease.Milliseconds(), 10)) // same owner, explicit lease
 		if !l.Hold(sent, lease, false) {
 			t.Fatal("Hold")
 		}
@@ -82,7 +83,7 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 				t.Fatal("Stop returned a round in flight although none carries the lease")
 			}
 		}
-		// The hold must expire with its 200 ms lease; a renewal landing after the release
+		// The hold must expire with its 100 ms lease; a renewal landing after the release
 		// would have stretched it to the 3 s timeout.
 		for {
 			pttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()

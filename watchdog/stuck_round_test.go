@@ -22,7 +22,7 @@ func TestDeadlineTimedWhileRoundStuck(t *testing.T) {
 		}
 		return allHeld(batches)
 	})
-	const timeout = 300 * time.Millisecond
+	const timeout = 150 * time.Millisecond
 	w := newWatchdog(t, Options{Timeout: timeout})
 	l := keep(w, f.kind("plain"), "stuck", "owner:1", time.Now())
 	calls := f.waitCalls(t, "third round sent", func(c []call) bool { return len(c) >= 3 })

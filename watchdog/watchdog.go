@@ -481,7 +481,9 @@ func (w *Watchdog) apply(r roundResult) {
 							zap.String("kind", kind.Name), zap.String("key", l.key), zap.String("owner", l.owner),
 							zap.Time("deadline", l.deadline), zap.Error(err))
 					}
-					l.next = now.Add(min(w.retry<<min(l.fails, 16), w.interval))
+					// Backing off, but never past half the time left, so that an outage that
+					// ends shortly before the deadline still saves the lease.
+					l.next = now.Add(min(w.retry<<min(l.fails, 16), w.interval, max(l.deadline.Sub(now)/2, w.retry)))
 					l.fails++
 				case rn.res.Held[j]:
 					if l.fails > 0 {

@@ -1,0 +1,198 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"strconv"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/redis/rueidis"
+)
+
+// latchKeyFor is the form of an owner's unlock latch key: one key per owner.
+func latchKeyFor(name, id string) string { return prefixName(unlockLatchPrefix, name) + ":" + id }
+
+// The first run of an unlock whose reply was lost may reach Redis after its repeat (a
+// delayed segment of the broken connection, a proxy in between). It must change nothing: the
+// script reads the latch before anything else even on a first run (REDISSON-LAYOUT §1.6).
+// Skipping that read on first runs made a late first run of a partial release drop the
+// owner's last hold — Redis freed a lock its owner still held once.
+func TestLateFirstRunOfUnlockChangesNothing(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		mu := c.Lock("late-first-run")
+		const owner = "late-owner"
+		for holds := range 2 { // the owner holds the lock twice
+			err := lua.LockAcquire.Exec(ctx, rdb, []string{mu.Name()}, []string{"30000", owner, strconv.Itoa(holds)}).Error()
+			if !rueidis.IsRedisNil(err) {
+				t.Fatalf("acquire: %v", err)
+			}
+		}
+		latch := latchKeyFor(mu.Name(), c.newRequestID())
+		keys := []string{mu.Name(), mu.channel, latch}
+		args := []string{"0", "30000", owner, c.publishCmd, unlockLatchMs, "2", "7"}
+		// The repeat of the partial unlock runs first: 2 → 1, and Unlock returns.
+		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 0 {
+			t.Fatalf("repeat run: %v, %v; want 0", v, err)
+		}
+		// The lost first run of the same request then reaches Redis.
+		v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64()
+		if err != nil || v != 0 {
+			t.Fatalf("late first run replied %v, %v; want the stored 0", v, err)
+		}
+		if n := mustInt(t, rdb.Do(ctx, rdb.B().Hget().Key(mu.Name()).Field(owner).Build())); n != 1 {
+			t.Fatalf("hold count %d after the late first run, want 1", n)
+		}
+	})
+}
+
+// A hand-off whose outcome stays unknown (its reply lost, no repeat within the retry budget)
+// did run: the heir's field holds the lock in Redis. The heir, told the lock was not handed
+// to it, makes its own attempt, which adopts that hold (the count comes from the heir's
+// handle): the heir's Lock succeeds, Redis counts one hold, and its Unlock frees the lock, so
+// nothing is left held. The releaser's unknown release, repeated before its next request,
+// replies what its first run did and does not touch the heir's hold.
+func TestUnknownHandoffHeirAdoptsHold(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "orphan-relay"
+		// No retry budget: the lost reply is at once an unknown outcome.
+		r := startLossyRelay(t, ctx, ctx, b, name, WithRetryBudget(0))
+		proxy, admin, a, heirMu, done := r.proxy, r.admin, r.holder, r.heir, r.heirDone
+		other, _ := newClient(t, b.Addr)
+
+		if err := a.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("releaser's Unlock with its hand-off reply lost: %v, want ErrOutcomeUnknown", err)
+		}
+		if proxy.Dropped() != 1 {
+			t.Fatalf("the proxy dropped %d replies, want 1", proxy.Dropped())
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("heir: %v, want the lock its own attempt adopted", err)
+		}
+		if n := mustInt(t, admin.Do(ctx, admin.B().Hget().Key(name).Field(heirMu.Owner()).Build())); n != 1 {
+			t.Fatalf("heir's hold count in Redis %d, want 1 (adopted, not counted twice)", n)
+		}
+		fields, err := admin.Do(ctx, admin.B().Hgetall().Key(name).Build()).AsStrMap()
+		if err != nil || len(fields) != 1 {
+			t.Fatalf("lock hash %v (%v), want the heir's field only", fields, err)
+		}
+		if isClosed(heirMu.Lost()) || !heirMu.Valid() {
+			t.Fatal("the heir's adopted hold reported lost")
+		}
+		if ttl := pttl(t, admin, name); ttl <= 0 || ttl > DefaultWatchdogTimeout.Milliseconds() {
+			t.Fatalf("the heir's hold has PTTL %d, want within its lease", ttl)
+		}
+
+		// The releaser's next request repeats its unknown release first: it must not release
+		// the heir's hold, and the lock is busy for it.
+		if ok, err := a.TryLock(ctx); ok || err != nil {
+			t.Fatalf("releaser's TryLock while the heir holds the lock: %v, %v; want false, nil", ok, err)
+		}
+		if n, err := heirMu.HoldCount(ctx); n != 1 || err != nil {
+			t.Fatalf("heir's hold count %d (%v) after the releaser settled its release, want 1", n, err)
+		}
+
+		if err := heirMu.Unlock(ctx); err != nil {
+			t.Fatalf("heir's Unlock of the adopted hold: %v", err)
+		}
+		if exists(t, admin, name) {
+			t.Fatal("lock alive after its only holder released it: a hold was left over")
+		}
+		o := other.Lock(name)
+		if ok, err := o.TryLock(ctx); err != nil || !ok {
+			t.Fatalf("another Client cannot take the lock after its only user released it (TryLock %v, %v)", ok, err)
+		}
+		mustNil(t, o.Unlock(ctx))
+	})
+}
+
+// Handles of two Clients contend with random cancellations and TryLock waits, hand-offs
+// and frees interleaving: at most one holder at any time, and every call's result matches
+// Redis (a call that failed holds nothing; one that succeeded holds the lock).
+func TestHandoffStress(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 60*time.Second)
+		c1, _ := newClient(t, b.Addr, WithLocalHandoff(3))
+		c2, _ := newClient(t, b.Addr, WithLocalHandoff(3))
+		admin := b.Client(t)
+		var inside atomic.Int32
+		var acquired atomic.Int64
+		var wg gosync.WaitGroup
+		errs := make(chan error, 64)
+		for i := range 12 {
+			c := c1
+			if i%3 == 2 {
+				c = c2
+			}
+			mu := c.Lock("stress")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewSource(int64(i)))
+				for range 60 {
+					cctx, cancel := context.WithTimeout(ctx, time.Duration(r.Intn(8)+1)*time.Millisecond)
+					var ok bool
+					var err error
+					switch r.Intn(3) {
+					case 0:
+						err = mu.Lock(cctx)
+						ok = err == nil
+					case 1:
+						ok, err = mu.TryLock(cctx, WaitTime(time.Duration(r.Intn(5))*time.Millisecond))
+					default:
+						err = mu.Lock(ctx)
+						ok = err == nil
+					}
+					cancel()
+					if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+						errs <- fmt.Errorf("lock: %w", err)
+						return
+					}
+					held, herr := mu.IsHeld(ctx)
+					if herr != nil {
+						errs <- herr
+						return
+					}
+					if held != ok {
+						errs <- fmt.Errorf("call said ok=%v (err %v) but Redis says held=%v", ok, err, held)
+						return
+					}
+					if !ok {
+						continue
+					}
+					if n := inside.Add(1); n != 1 {
+						errs <- fmt.Errorf("%d holders at once", n)
+					}
+					acquired.Add(1)
+					time.Sleep(time.Duration(r.Intn(300)) * time.Microsecond) // work under the lock
+					inside.Add(-1)
+					if err := mu.Unlock(ctx); err != nil {
+						errs <- fmt.Errorf("unlock: %w", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if exists(t, admin, "stress") {
+			t.Error("lock alive at the end")
+		}
+		t.Logf("%d acquisitions", acquired.Load())
+	})
+}

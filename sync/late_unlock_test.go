@@ -1,0 +1,368 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// holdProxy is a TCP proxy that can hold back requests: the client's connection is cut at
+// once (so the client sees a lost reply and retries on a new connection), while the request
+// itself stays in the proxy and reaches Redis, on its original server connection, only when
+// the test releases it. That is a first run reaching Redis after its retry — a delayed
+// segment, a proxy in between.
+type holdProxy struct {
+	t      *testing.T
+	ln     net.Listener
+	target string
+
+	mu     gosync.Mutex
+	armed  bool
+	all    bool // hold every matching request until disarmed, not just the next one
+	marker []byte
+	held   []heldReq
+	conns  []net.Conn
+}
+
+type heldReq struct {
+	server net.Conn
+	data   []byte
+	done   chan struct{} // closed when the server side has closed (it ran the request)
+}
+
+func newHoldProxy(t *testing.T, target string) *holdProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdProxy{t: t, ln: ln, target: target}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *holdProxy) addr() string { return p.ln.Addr().String() }
+
+// arm holds back the next request that contains marker, or with all every one until disarm.
+func (p *holdProxy) arm(marker string, all bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed, p.all, p.marker = true, all, []byte(marker)
+}
+
+func (p *holdProxy) disarm() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = false
+}
+
+func (p *holdProxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, client, server)
+		p.mu.Unlock()
+		done := make(chan struct{})
+		go func() { // server → client; after the client is cut, replies are discarded
+			defer close(done)
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := server.Read(buf)
+				if n > 0 {
+					_, _ = client.Write(buf[:n])
+				}
+				if err != nil {
+					client.Close()
+					return
+				}
+			}
+		}()
+		go func() { // client → server
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := client.Read(buf)
+				if n > 0 {
+					chunk := bytes.Clone(buf[:n])
+					p.mu.Lock()
+					hold := p.armed && bytes.Contains(chunk, p.marker)
+					if hold {
+						p.armed = p.all
+						p.held = append(p.held, heldReq{server: server, data: chunk, done: done})
+					}
+					p.mu.Unlock()
+					if hold {
+						client.Close() // the client sees its reply lost now
+						return
+					}
+					if _, err := server.Write(chunk); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					if errors.Is(err, io.EOF) {
+						_ = server.(*net.TCPConn).CloseWrite()
+					} else {
+						server.Close()
+					}
+					return
+				}
+			}
+		}()
+	}
+}
+
+// release delivers the held requests to Redis and waits until Redis has run them.
+func (p *holdProxy) release() int {
+	p.mu.Lock()
+	held := p.held
+	p.held = nil
+	p.mu.Unlock()
+	for _, h := range held {
+		if _, err := h.server.Write(h.data); err != nil {
+			p.t.Fatalf("deliver held request: %v", err)
+		}
+		_ = h.server.(*net.TCPConn).CloseWrite() // Redis runs it, sees EOF, hangs up
+		select {
+		case <-h.done:
+		case <-time.After(5 * time.Second):
+			p.t.Fatalf("held request not run")
+		}
+	}
+	return len(held)
+}
+
+func (p *holdProxy) holding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held)
+}
+
+// A first run of an unlock that reaches Redis after its retry freed the lock, and after the
+// handle took the lock again — with or without an unlock in between — changes nothing: the
+// latch keeps the handle's highest request number, and an older or repeated one is a no-op.
+// (Counts being set from the handle, such a run would otherwise free the current hold, and
+// another Client could take the lock while this handle holds it.)
+func TestLateUnlockRunChangesNothing(t *testing.T) {
+	t.Parallel()
+	for _, between := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unlock-between=%v", between), func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := testCtx(t, 20*time.Second)
+				p, l, other := heldBackHandle(t, ctx, b, "late-unlock")
+
+				must(t, l.Lock(ctx))
+				p.arm("PUBLISH", false) // only the release script's arguments carry it
+				must(t, l.Unlock(ctx))  // first run held back; the retry frees the lock
+				if p.holding() != 1 {
+					t.Fatalf("no request held back")
+				}
+				if between {
+					must(t, l.Lock(ctx))
+					must(t, l.Unlock(ctx)) // a later unlock overwrites the latch
+				}
+				must(t, l.Lock(ctx)) // the handle holds the lock
+
+				p.release() // the first run of the earlier unlock reaches Redis now
+
+				if held, err := l.IsHeld(ctx); err != nil || !held {
+					t.Errorf("a late run of an unlock that already completed freed the handle's current hold (IsHeld %v, %v)", held, err)
+				}
+				if ok, err := other.Lock("late-unlock").TryLock(ctx); err != nil || ok {
+					t.Errorf("another Client took the lock while the handle holds it (TryLock %v, %v)", ok, err)
+				}
+				must(t, l.Unlock(ctx))
+			})
+		})
+	}
+}
+
+// An unlock none of whose runs answered (every one held back) fails with its outcome
+// unknown; the hold counts as given up. The handle's next Lock first repeats that release
+// (settling it: the repeat frees the lock, and the latch's mark is now its number), then
+// takes the lock afresh. When the held runs reach Redis at last they are repeats of a
+// settled request and change nothing: the handle still holds the lock, and its Unlock frees
+// it.
+func TestUnknownUnlockThenLateRunsChangeNothing(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		p, l, other := heldBackHandle(t, ctx, b, "unknown-unlock", WithRetryBudget(100*time.Millisecond))
+		must(t, l.Lock(ctx))
+		p.arm("PUBLISH", true)
+		err := l.Unlock(ctx)
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Unlock with every run held back: %v, want ErrOutcomeUnknown", err)
+		}
+		p.disarm()
+		if !exists(t, other.rdb, "unknown-unlock") {
+			t.Fatal("the lock is gone though no run of the release reached Redis")
+		}
+		must(t, l.Lock(ctx))
+		if n := p.release(); n == 0 {
+			t.Fatal("no run held back")
+		}
+		if held, err := l.IsHeld(ctx); err != nil || !held {
+			t.Fatalf("late runs of the failed unlock freed the lock the handle took since (IsHeld %v, %v)", held, err)
+		}
+		if n, err := l.HoldCount(ctx); n != 1 || err != nil {
+			t.Fatalf("hold count %d (%v), want 1", n, err)
+		}
+		if ok, err := other.Lock("unknown-unlock").TryLock(ctx); err != nil || ok {
+			t.Fatalf("another Client took the lock while the handle holds it (TryLock %v, %v)", ok, err)
+		}
+		must(t, l.Unlock(ctx))
+		if ok, err := other.Lock("unknown-unlock").TryLock(ctx); err != nil || !ok {
+			t.Fatalf("the lock not free after the handle's Unlock (TryLock %v, %v)", ok, err)
+		}
+	})
+}
+
+// heldBackHandle returns a handle on name whose Client reaches Redis through a holdProxy
+// (hand-off off, and opts), the proxy, and another Client that reaches Redis directly. The
+// handle has taken and released the lock once, so the scripts are cached and a held EVALSHA
+// runs when it is delivered.
+func heldBackHandle(t *testing.T, ctx context.Context, b *redistest.Backend, name string, opts ...Option) (*holdProxy, *Lock, *Client) {
+	t.Helper()
+	p := newHoldProxy(t, b.Addr)
+	c, _ := newClient(t, p.addr(), append([]Option{WithLocalHandoff(0)}, opts...)...)
+	other, _ := newClient(t, b.Addr)
+	l := c.Lock(name)
+	must(t, l.Lock(ctx))
+	must(t, l.Unlock(ctx))
+	return p, l, other
+}
+
+// unknownUnlock runs l.Unlock with every run of it held back by p, so that it fails with its
+// outcome unknown, and disarms p. With deliver, the held runs then reach Redis (the first
+// one acts, the others are repeats of it) before unknownUnlock returns; otherwise they stay
+// held for the caller to release.
+func unknownUnlock(t *testing.T, ctx context.Context, p *holdProxy, l *Lock, deliver bool) {
+	t.Helper()
+	p.arm("PUBLISH", true) // only the release script's arguments carry it
+	err := l.Unlock(ctx)
+	p.disarm()
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("Unlock with every run held back: %v, want ErrOutcomeUnknown", err)
+	}
+	if errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock with its outcome unknown reported the lock not held: %v", err)
+	}
+	if p.holding() == 0 {
+		t.Fatal("no run of the release held back")
+	}
+	if deliver {
+		p.release()
+	}
+}
+
+// A nested Unlock whose outcome stays unknown counts its hold as given up: the caller's
+// outer (last) Unlock first settles it — repeats it, which drops the inner hold if no run did
+// — and then frees the lock. Whether the failed release's runs reached Redis before the
+// outer Unlock or only after, the lock is free once the outer Unlock returns, and the late
+// runs change nothing. (When the failed Unlock left the handle's count as it was, the outer
+// Unlock went out as a partial release and the watchdog renewed the lock for as long as the
+// process lived.)
+func TestUnknownNestedUnlockThenOuterUnlockFrees(t *testing.T) {
+	t.Parallel()
+	for _, delivered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ran-before-outer=%v", delivered), func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := testCtx(t, 30*time.Second)
+				const name = "nested-unknown"
+				p, l, other := heldBackHandle(t, ctx, b, name, WithRetryBudget(100*time.Millisecond))
+				admin := other.rdb
+				must(t, l.Lock(ctx))
+				must(t, l.Lock(ctx))
+				unknownUnlock(t, ctx, p, l, delivered)
+				want := int64(2) // no run reached Redis yet
+				if delivered {
+					want = 1 // the first run dropped one hold, its repeats nothing
+				}
+				if n := mustInt(t, admin.Do(ctx, admin.B().Hget().Key(name).Field(l.Owner()).Build())); n != want {
+					t.Fatalf("Redis counts %d holds after the failed inner Unlock, want %d", n, want)
+				}
+				if err := l.Unlock(ctx); err != nil { // the caller's last Unlock
+					t.Fatalf("outer Unlock after an inner one with unknown outcome: %v", err)
+				}
+				if exists(t, admin, name) {
+					t.Fatalf("every Lock was matched by an Unlock (one of unknown outcome), yet the lock is still held (PTTL %d ms)",
+						pttl(t, admin, name))
+				}
+				mine := other.Lock(name)
+				if ok, err := mine.TryLock(ctx); err != nil || !ok {
+					t.Fatalf("another Client cannot take the lock after the outer Unlock (TryLock %v, %v)", ok, err)
+				}
+				p.release() // any runs still held reach Redis now
+				if held, err := mine.IsHeld(ctx); err != nil || !held {
+					t.Fatalf("late runs of the failed release freed another Client's hold (IsHeld %v, %v)", held, err)
+				}
+				must(t, mine.Unlock(ctx))
+			})
+		})
+	}
+}
+
+// The same with a final Unlock of unknown outcome: the caller's next Lock settles it (its
+// repeat frees the lock if no run did) and is then a fresh acquisition, not a re-entry; its
+// Unlock frees the lock. Late runs of the failed release, delivered while the handle holds
+// the lock again, change nothing.
+func TestUnknownFinalUnlockThenLockUnlockFrees(t *testing.T) {
+	t.Parallel()
+	for _, delivered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ran-before-lock=%v", delivered), func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := testCtx(t, 30*time.Second)
+				const name = "final-unknown"
+				p, l, other := heldBackHandle(t, ctx, b, name, WithRetryBudget(100*time.Millisecond))
+				admin := other.rdb
+				must(t, l.Lock(ctx))
+				unknownUnlock(t, ctx, p, l, delivered)
+				if got := exists(t, admin, name); got == delivered {
+					t.Fatalf("lock exists %v after the failed Unlock, runs delivered %v", got, delivered)
+				}
+				must(t, l.Lock(ctx))
+				p.release() // any runs still held reach Redis now, while the handle holds the lock
+				if n, err := l.HoldCount(ctx); n != 1 || err != nil {
+					t.Fatalf("hold count %d (%v) after Lock following a failed final Unlock, want 1", n, err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatalf("Unlock: %v", err)
+				}
+				if exists(t, admin, name) {
+					t.Fatalf("Lock/Unlock after a failed Unlock left the lock held (PTTL %d ms)", pttl(t, admin, name))
+				}
+			})
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatal(err)
+	}
+}

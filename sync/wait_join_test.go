@@ -1,0 +1,173 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/pubsub"
+)
+
+// subscribed waits until c's subscription to channel is confirmed: from then on, a waiter
+// that joins is not woken by the confirmation.
+func subscribed(t *testing.T, c *Client, channel string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "channel subscribed", func() bool { return c.mux.Subscribed(channel) })
+}
+
+// heldWithWaiter takes name with one handle and parks a second handle of the same Client on
+// it, subscribed; the second handle's Lock result arrives on done (its wait ends with the test).
+func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (holder *Lock, done <-chan error) {
+	t.Helper()
+	holder = c.Lock(name)
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	otherCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	result := make(chan error, 1)
+	go func() { result <- c.Lock(name).Lock(otherCtx) }()
+	eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.channel) == 1 })
+	subscribed(t, c, holder.channel)
+	return holder, result
+}
+
+// A handle that already holds the lock re-enters at once even while other handles of the
+// same Client wait for it. Queued behind them without attempting, the re-entry would stall
+// until its re-check (30 s): the only release that could wake it is its own.
+func TestReentryNotQueuedBehindWaiters(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, _ := newClient(t, b.Addr)
+		holder, done := heldWithWaiter(t, ctx, c, "join:reentry")
+
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := holder.Lock(rctx); err != nil {
+			t.Fatalf("re-entrant Lock by the holder: %v after %v (queued behind a waiter that can only be woken by this holder's release)", err, time.Since(start).Round(time.Millisecond))
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("re-entry took %v", d)
+		}
+		// TryLock with a wait time and a shorter ctx: never attempts at all.
+		tctx, tcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer tcancel()
+		ok, err := holder.TryLock(tctx, WaitTime(time.Second))
+		if !ok || err != nil {
+			t.Fatalf("re-entrant TryLock(WaitTime) = %v, %v; want true, nil", ok, err)
+		}
+		for i := 0; i < 3; i++ {
+			if err := holder.Unlock(ctx); err != nil {
+				t.Fatalf("unlock %d of 3: %v", i+1, err)
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A joined waiter learns the holder's TTL from the channel's hint. When the waiter ahead of it
+// leaves (its TryLock wait ran out) and the holder's lease then expires without any release
+// message, the joined waiter re-checks at the lease expiry, not 30 s later.
+func TestJoinedWaiterRechecksAtHolderTTL(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		other, _ := newClient(t, b.Addr) // another process: its lock just expires
+		c, _ := newClient(t, b.Addr)
+		const name = "join:expiry"
+		if err := other.Lock(name).Lock(ctx, Lease(700*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		aDone := make(chan error, 1)
+		go func() {
+			ok, err := c.Lock(name).TryLock(ctx, WaitTime(200*time.Millisecond))
+			if ok {
+				err = errors.New("A got a lock that was held")
+			}
+			aDone <- err
+		}()
+		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(lockChannel(name)) == 1 })
+		subscribed(t, c, lockChannel(name))
+		bctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		start := time.Now()
+		err := c.Lock(name).Lock(bctx)
+		if err != nil {
+			t.Fatalf("B: %v after %v; the lock expired at ~700 ms", err, time.Since(start).Round(time.Millisecond))
+		}
+		if e := <-aDone; e != nil {
+			t.Fatal(e)
+		}
+	})
+}
+
+// The waiter ahead takes the lock with a lease and lets it expire, as lease users do. The
+// joined waiter behind it re-checks at that lease's expiry (the hint its acquisition left),
+// not 30 s later.
+func TestJoinedWaiterBehindExpiringHolder(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, _ := newClient(t, b.Addr)
+		const name = "join:expiry-chain"
+		if err := c.Lock(name).Lock(ctx, Lease(300*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		go c.Lock(name).Lock(ctx, Lease(300*time.Millisecond)) // A: takes it at ~300 ms, lets it expire at ~600 ms
+		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(lockChannel(name)) == 1 })
+		subscribed(t, c, lockChannel(name))
+		bctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := c.Lock(name).Lock(bctx); err != nil {
+			t.Fatalf("B: %v after %v; A's lease expired at ~600 ms", err, time.Since(start).Round(time.Millisecond))
+		}
+	})
+}
+
+// TryLock with a tiny WaitTime that joins makes one attempt before its deadline ends the wait.
+func TestTryLockTinyWaitAttemptsOnce(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, _ := newClient(t, b.Addr)
+		holder, _ := heldWithWaiter(t, ctx, c, "join:tiny")
+		ok, err := holder.TryLock(ctx, WaitTime(time.Nanosecond))
+		if !ok || err != nil {
+			t.Fatalf("re-entrant TryLock(WaitTime(1ns)) = %v, %v; want true (TryLock() without WaitTime says true)", ok, err)
+		}
+	})
+}
+
+// A waiter that joins behind others with a deadline already past still makes its one attempt.
+func TestJoinedTryLockAttemptsBeforeGivingUp(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, _ := newClient(t, b.Addr)
+		const channel = "redisson_lock__channel:{join:scripted}"
+		aCtx, cancelA := context.WithCancel(ctx)
+		defer cancelA()
+		go c.acquire(aCtx, wait{channel: channel, policy: pubsub.LockPolicy, limit: -1, join: true,
+			attempt: func(context.Context) (int64, bool, error) {
+				return 30000, false, nil // A waits behind a holder with 30 s left
+			}})
+		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(channel) == 1 })
+		subscribed(t, c, channel)
+		var calls int
+		ok, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: time.Nanosecond, join: true,
+			attempt: func(context.Context) (int64, bool, error) {
+				calls++
+				return 30000, true, nil // the lock was free after all
+			}})
+		if !ok || err != nil || calls != 1 {
+			t.Fatalf("joined TryLock with a 1ns wait: %v, %v after %d attempts; want true after 1", ok, err, calls)
+		}
+	})
+}

@@ -147,9 +147,8 @@ func (l *Lock) acquire(ctx context.Context, lease, limit time.Duration) (bool, e
 	if lease == 0 {
 		leaseMs = o.c.wdMs
 	}
-	attempt := func(ctx context.Context) (int64, bool, error) { return l.attempt(ctx, lease, leaseMs) }
 	if limit == 0 {
-		_, ok, err := attempt(ctx)
+		_, ok, err := l.attempt(ctx, lease, leaseMs)
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
@@ -160,11 +159,26 @@ func (l *Lock) acquire(ctx context.Context, lease, limit time.Duration) (bool, e
 	}
 	join := o.count == 0 && !o.unsure && o.unsettled == nil
 	o.unlock()
-	w := wait{channel: l.channel, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: attempt}
+	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
+	w := wait{channel: l.channel, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	if join && o.c.maxHandoff > 0 {
-		w.heir = &heir{o: o, lease: lease, leaseMs: leaseMs, attempt: attempt}
+		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs, attempt: a}
+		w.heir = &a.heir
 	}
 	return o.c.acquire(ctx, w)
+}
+
+// A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
+// hand-off queue.
+type lockAttempt struct {
+	l       *Lock
+	lease   time.Duration
+	leaseMs string
+	heir    heir
+}
+
+func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
+	return a.l.attempt(ctx, a.lease, a.leaseMs)
 }
 
 // attempt runs the acquire script once (repeated while its reply is lost), after settling a
@@ -232,7 +246,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if err := o.check(ctx); err != nil {
 		return err
 	}
-	ctx = context.WithoutCancel(ctx) // a release must run even when the caller's request ended
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx) // a release must run even when the caller's request ended
+	}
 	_ = o.lock(ctx)
 	defer o.unlock()
 	if err := o.settle(ctx); err != nil {
@@ -251,38 +267,34 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			h = o.c.heirs.reserve(o.name, o)
 		}
 	}
-	count := o.count
-	build := func(latch, n string) ([]string, []string) {
-		args := []string{"0", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
-			strconv.Itoa(count), n}
-		if h != nil {
-			args = append(args, h.o.id, h.leaseMs)
-		}
-		return []string{o.name, l.channel, latch}, args
-	}
-	// What a repeat of this release means when it is settled by the next call.
-	settled := func(msg rueidis.RedisMessage) error {
-		if final {
-			if lease != nil {
-				lease.Stop() // given up either way
-			}
-			return nil
-		}
-		if msg.IsNil() {
-			return o.lost("an inner hold's release found the lock gone")
-		}
-		return nil
+	latch, n := o.nextRequest()
+	args := []string{"0", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
+		strconv.Itoa(o.count), n}
+	if h != nil {
+		args = append(args, h.o.id, h.leaseMs)
 	}
 	sent := time.Now()
-	msg, err := o.numbered(ctx, lua.LockRelease, build, settled)
+	msg, err := o.numbered(ctx, lua.LockRelease, []string{o.name, l.channel, latch}, args)
 	v, verr := msg.AsInt64()
 	if h != nil {
 		h.verdict <- verdict{handed: err == nil && verr == nil && v == releasedHanded, sent: sent, run: o.run + 1}
-		if o.unsettled != nil {
+	}
+	if r := o.unsettled; r != nil {
+		if h != nil {
 			// The heir attempts itself now: should the release first run when repeated at the
 			// next call, it frees the lock and publishes rather than hand it to a waiter that
 			// would not know.
-			o.unsettled.args = o.unsettled.args[:7]
+			r.args = r.args[:7]
+		}
+		// What the repeat's answer means: a last hold was given up either way; an inner one
+		// is lost if the lock is gone.
+		r.settled = func(msg rueidis.RedisMessage) error {
+			if final && lease != nil {
+				lease.Stop()
+			} else if !final && msg.IsNil() {
+				return o.lost("an inner hold's release found the lock gone")
+			}
+			return nil
 		}
 	}
 	switch {

@@ -32,24 +32,24 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 		bDone, cDone := make(chan error, 1), make(chan error, 1)
 		go func() {
 			_, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: -1, join: true,
-				attempt: func(context.Context) (int64, bool, error) {
+				attempt: attemptFunc(func(context.Context) (int64, bool, error) {
 					if bCalls.Add(1) <= 2 {
 						return holderTTL, false, nil // the first try, and the one after subscribing
 					}
 					return 0, false, errors.New("B cannot use its wake-up")
-				}})
+				})})
 			bDone <- err
 		}()
 		eventually(t, 5*time.Second, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
 		go func() {
 			ok, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: -1, join: true,
-				attempt: func(context.Context) (int64, bool, error) {
+				attempt: attemptFunc(func(context.Context) (int64, bool, error) {
 					cCalls.Add(1)
 					if released.Load() {
 						return 0, true, nil
 					}
 					return holderTTL, false, nil
-				}})
+				})})
 			if err == nil && !ok {
 				err = errors.New("C gave up")
 			}

@@ -117,21 +117,24 @@ type request struct {
 	settled    func(rueidis.RedisMessage) error
 }
 
-// numbered runs a request numbered on the owner's latch: build makes its keys and arguments
-// from the latch key and the request number. When its outcome stays unknown it is kept, and
-// repeated before the owner's next request. Caller holds op and has settled.
-func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, build func(latch, n string) (keys, args []string),
-	settled func(rueidis.RedisMessage) error) (rueidis.RedisMessage, error) {
+// nextRequest numbers the owner's next request on its latch, made at the first one. Caller
+// holds op and has settled.
+func (o *owner) nextRequest() (latch, n string) {
 	if o.latch == "" {
 		o.latch = prefixName(unlockLatchPrefix, o.name) + ":" + o.c.newRequestID()
 		o.c.janitor.track(o)
 	}
 	o.reqs++
-	r := &request{script: script, settled: settled}
-	r.keys, r.args = build(o.latch, strconv.FormatUint(o.reqs, 10))
-	msg, err := o.c.exec(ctx, false, script, r.keys, r.args)
+	return o.latch, strconv.FormatUint(o.reqs, 10)
+}
+
+// numbered runs a request numbered by nextRequest. When its outcome stays unknown it is kept
+// in o.unsettled, to be repeated before the owner's next request; the caller sets what its
+// answer will mean (settled). Caller holds op.
+func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+	msg, err := o.c.exec(ctx, false, script, keys, args)
 	if errors.Is(err, ErrOutcomeUnknown) {
-		o.unsettled = r
+		o.unsettled = &request{script: script, keys: keys, args: args}
 	}
 	return msg, o.wrap(err)
 }
@@ -149,7 +152,7 @@ func (o *owner) settle(ctx context.Context) error {
 		return fmt.Errorf("dsync: %q: an earlier request's outcome is still unknown: %w", o.name, err)
 	}
 	o.unsettled = nil
-	if err != nil {
+	if err != nil || r.settled == nil {
 		return nil // refused: the repeat changed nothing, and so do later runs (the mark passed them)
 	}
 	return r.settled(msg)
@@ -162,7 +165,10 @@ func (o *owner) settle(ctx context.Context) error {
 // awaited whatever ctx says: only its reply tells what it did. When no reply came back for a
 // run that may have acted, the error wraps ErrOutcomeUnknown. A nil reply is no error.
 func (c *Client) exec(ctx context.Context, bounded bool, s *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
-	sendCtx := context.WithoutCancel(ctx)
+	sendCtx := ctx
+	if ctx.Done() != nil {
+		sendCtx = context.WithoutCancel(ctx)
+	}
 	start := time.Now()
 	backoff := retryBackoff
 	unknown := false

@@ -20,13 +20,17 @@ type wait struct {
 	// join lets the waiter queue behind the channel's other local waiters without attempting
 	// first: only for waiters that all want the same thing, and only when the caller holds
 	// nothing a waiter ahead could need.
-	join bool
-	// attempt makes one attempt. ttl is in ms, negative when unknown: on failure, when the
-	// state may next change with no message (the holder's lease); on success, the lease just
-	// taken, which tells waiters that join later when to re-check.
-	attempt func(ctx context.Context) (ttl int64, ok bool, err error)
+	join    bool
+	attempt attempter
 	// heir, if not nil, is queued while waiting for a local release to hand the lock to.
 	heir *heir
+}
+
+// An attempter makes one attempt. ttl is in ms, negative when unknown: on failure, when the
+// state may next change with no message (the holder's lease); on success, the lease just
+// taken, which tells waiters that join later when to re-check.
+type attempter interface {
+	attempt(ctx context.Context) (ttl int64, ok bool, err error)
 }
 
 // acquire is how every blocking primitive takes what it waits for (REDISSON-LAYOUT §2.3):
@@ -52,7 +56,7 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 			return c.await(ctx, w, sub, deadline, ttl, false)
 		}
 	}
-	ttl, ok, err := w.attempt(ctx)
+	ttl, ok, err := w.attempt.attempt(ctx)
 	if ok || err != nil || w.limit == 0 {
 		return ok, err
 	}
@@ -141,7 +145,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		}
 		var ok bool
 		var err error
-		ttl, ok, err = w.attempt(ctx)
+		ttl, ok, err = w.attempt.attempt(ctx)
 		attempted = true
 		if err != nil && woken {
 			// The wake-up may have been the only one a release sent this Client: it goes to
@@ -196,7 +200,7 @@ type heir struct {
 	o       *owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
-	attempt func(ctx context.Context) (ttl int64, ok bool, err error)
+	attempt attempter // the acquisition's own attempt
 	// state is heirParked while the heir waits and nobody acts for it; a releaser moves it
 	// to heirReserved, the heir itself to every other state.
 	state   atomic.Int32
@@ -290,8 +294,13 @@ func (h *heir) leave(ctx context.Context, err error) (bool, error) {
 		return h.took(v)
 	}
 	h.state.Store(heirGone)
-	if _, ok, aerr := h.attempt(context.WithoutCancel(ctx)); ok || aerr != nil {
+	if _, ok, aerr := h.attempt.attempt(context.WithoutCancel(ctx)); ok || aerr != nil {
 		return ok, aerr
 	}
 	return false, err
 }
+
+// attemptFunc adapts a function to attempter.
+type attemptFunc func(ctx context.Context) (int64, bool, error)
+
+func (f attemptFunc) attempt(ctx context.Context) (int64, bool, error) { return f(ctx) }

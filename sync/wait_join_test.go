@@ -155,17 +155,17 @@ func TestJoinedTryLockAttemptsBeforeGivingUp(t *testing.T) {
 		aCtx, cancelA := context.WithCancel(ctx)
 		defer cancelA()
 		go c.acquire(aCtx, wait{channel: channel, policy: pubsub.LockPolicy, limit: -1, join: true,
-			attempt: func(context.Context) (int64, bool, error) {
+			attempt: attemptFunc(func(context.Context) (int64, bool, error) {
 				return 30000, false, nil // A waits behind a holder with 30 s left
-			}})
+			})})
 		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(channel) == 1 })
 		subscribed(t, c, channel)
 		var calls int
 		ok, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: time.Nanosecond, join: true,
-			attempt: func(context.Context) (int64, bool, error) {
+			attempt: attemptFunc(func(context.Context) (int64, bool, error) {
 				calls++
 				return 30000, true, nil // the lock was free after all
-			}})
+			})})
 		if !ok || err != nil || calls != 1 {
 			t.Fatalf("joined TryLock with a 1ns wait: %v, %v after %d attempts; want true after 1", ok, err, calls)
 		}

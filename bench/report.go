@@ -148,8 +148,8 @@ func markdown(res *results) string {
 			return contendedResult{}, false
 		}
 		fmt.Fprintf(&b, "\n**Contended, W=%d** — %d workers on one key, each looping request → hold %v → release → %v idle. "+
-			"Hand-off: one worker's release to another's acquisition (latchkey's heir of a local hand-off goes on when the release is sent, "+
-			"its hold resting on the releaser's lease until Redis records it one round trip later; the peers' acquisitions are recorded in Redis when they return). "+
+			"Hand-off: one worker's release to another's acquisition (every library's acquisition, latchkey's heir of a local hand-off included, "+
+			"is recorded in Redis when it returns). "+
 			"Wait: request to acquisition. "+
 			"Fairness: Jain's index over per-worker acquisitions (1 = equal). CPU: Redis server CPU per acquisition. "+
 			"Hold mean: how long holds lasted (the holder blocks its thread in nanosleep(2) on Linux: "+

@@ -742,3 +742,43 @@ func TestRequestIDs(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// Leases only grow: no script lowers the TTL of a hold its owner keeps — not a re-entry with
+// a shorter Lease, not the release of an inner hold whose lease was shorter, not a renewal of
+// a hold whose explicit lease is longer than the watchdog's — so the handle's Deadline never
+// promises more than Redis has, whatever order the scripts run in.
+func TestLeasesOnlyGrow(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
+		mu := c.Lock("grow")
+		atLeast := func(what string, min time.Duration) {
+			t.Helper()
+			if ms := pttl(t, rdb, "grow"); time.Duration(ms)*time.Millisecond < min {
+				t.Fatalf("%s: PTTL %d ms, want at least %v", what, ms, min)
+			}
+			d, ok := mu.Deadline()
+			if !ok {
+				t.Fatalf("%s: no deadline while held", what)
+			}
+			if left := time.Until(d); left < min-time.Second {
+				t.Fatalf("%s: deadline %v ahead, want about %v", what, left, min)
+			}
+		}
+		must(t, mu.Lock(ctx, Lease(20*time.Second)))
+		must(t, mu.Lock(ctx, Lease(time.Second))) // shorter: the TTL stays
+		atLeast("re-entry with a shorter lease", 19*time.Second)
+		must(t, mu.Lock(ctx)) // the watchdog's 300 ms: the TTL stays, and is kept from now on
+		atLeast("re-entry under the watchdog", 19*time.Second)
+		must(t, mu.Unlock(ctx)) // the latest hold's lease is 300 ms: the TTL stays
+		atLeast("release of an inner hold", 19*time.Second)
+		time.Sleep(400 * time.Millisecond) // renewals of the kept hold set 300 ms at least
+		atLeast("after renewals", 18*time.Second)
+		must(t, mu.Unlock(ctx))
+		must(t, mu.Unlock(ctx))
+		if exists(t, rdb, "grow") {
+			t.Fatal("lock held after as many unlocks as acquires")
+		}
+	})
+}

@@ -286,6 +286,16 @@ func (w *Waiter) Close() {
 	}
 }
 
+// WakeAll signals every waiter of every channel to re-check now: for news that no message
+// carries (the client was found closed).
+func (m *Mux) WakeAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ch := range m.channels {
+		wakeN(ch, All)
+	}
+}
+
 // wakeN signals up to n waiters (All: every one) that have no pending signal, oldest first.
 func wakeN(ch *channel, n int) {
 	for _, w := range ch.waiters {

@@ -182,18 +182,14 @@ type Client struct {
 	reqPrefix string // 16 random hex characters, the first half of every unlock request ID
 	closed    chan struct{}
 	closeOnce gosync.Once
-	// rdbClosed is closed once a request finds the rueidis client closed, so that waiting
-	// calls return without waiting for their next re-check.
-	rdbClosed     chan struct{}
-	rdbClosedOnce gosync.Once
 }
 
 // New returns a Client on rdb, which may be a standalone, Sentinel or Cluster rueidis client.
 // Close the Client before rdb; the Client never closes rdb. Should rdb be closed first,
 // waiting calls return an error wrapping rueidis.ErrClosing as soon as any request of the
-// Client (a renewal included) finds it closed, and at their next re-check otherwise (the
-// holder's TTL, at most the watchdog timeout): rueidis leaves the Client's subscriber
-// connection open, so no message says so.
+// Client (a renewal included) finds it closed, which wakes them to re-check, and at their
+// next re-check otherwise (the holder's TTL, at most the watchdog timeout): rueidis leaves
+// the Client's subscriber connection open, so no message says so.
 func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("client", "must not be nil")
@@ -221,7 +217,6 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		maxHandoff: cfg.maxHandoff,
 		budget:     cfg.retryBudget,
 		closed:     make(chan struct{}),
-		rdbClosed:  make(chan struct{}),
 	}
 	var prefix [8]byte
 	if _, err := rand.Read(prefix[:]); err != nil {
@@ -257,13 +252,6 @@ func (c *Client) Close() error {
 		c.janitor.close()
 	})
 	return nil
-}
-
-// sawClosing notes an error that says the rueidis client is closed.
-func (c *Client) sawClosing(err error) {
-	if errors.Is(err, rueidis.ErrClosing) {
-		c.rdbClosedOnce.Do(func() { close(c.rdbClosed) })
-	}
 }
 
 func (c *Client) isClosed() bool {
@@ -309,7 +297,9 @@ func (c *Client) renewLocks(ctx context.Context, lease time.Duration, batches []
 		}
 		vals, err := resps[i].AsIntSlice()
 		if err != nil {
-			c.sawClosing(err)
+			if errors.Is(err, rueidis.ErrClosing) {
+				c.mux.WakeAll() // waiters re-check now, and find the client closed
+			}
 			out[i].Err = err
 			continue
 		}

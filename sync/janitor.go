@@ -16,8 +16,8 @@ import (
 // Each owner has one latch key, the high-water mark of its numbered requests, which each of
 // them overwrites. The mark is what makes a late duplicate of an earlier release change
 // nothing, so it must outlive every hold the owner may still take: it is deleted only when
-// the owner has been garbage-collected (nothing can acquire as it any more) or its Client is
-// closed, and otherwise expires by its PX, 5 minutes after the owner's last release (the
+// the owner has been garbage-collected (it takes no hold any more; a late run of an acquire
+// could still add one, which lapses with its lease) or its Client is closed, and otherwise expires by its PX, 5 minutes after the owner's last release (the
 // latches of a killed process stay that long). Deletions go out in one
 // pipelined batch after janitorDelay. Sending them one by one as handles go would put a
 // command of ours beside every caller's, and any concurrent command switches a rueidis

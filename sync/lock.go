@@ -99,9 +99,11 @@ func (cfg *lockConfig) check() error {
 // Lock takes the lock, waiting as long as ctx allows. Waiters are woken by the release
 // message and re-check at the holder's lease expiry. When ctx ends first, Lock returns
 // ctx.Err() and does not hold the lock. Re-entering a hold that is gone from Redis (deleted,
-// expired) fails with ErrLockLost. An error wrapping ErrOutcomeUnknown means the acquire may
-// have run: the hold it may have taken is not counted, not renewed, and lapses with its
-// lease, or the handle's next acquire adopts it.
+// expired) or whose lease was lost fails with ErrLockLost. An error wrapping
+// ErrOutcomeUnknown means no reply came back: either for the acquire, which may have run —
+// the hold it may have taken is not counted, not renewed, and lapses with its lease, or the
+// handle's next acquire adopts it — or for an earlier release of the handle's, repeated
+// first, in which case nothing was acquired.
 func (l *Lock) Lock(ctx context.Context, opts ...LockOption) error {
 	var cfg lockConfig
 	for _, o := range opts {
@@ -162,7 +164,7 @@ func (l *Lock) acquire(ctx context.Context, lease, limit time.Duration) (bool, e
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
 	w := wait{channel: l.channel, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	if join && o.c.maxHandoff > 0 {
-		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs, attempt: a}
+		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs}
 		w.heir = &a.heir
 	}
 	return o.c.acquire(ctx, w)
@@ -192,8 +194,11 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	if err := o.settle(ctx); err != nil {
 		return 0, false, err
 	}
+	if o.leaseLost() {
+		return 0, false, o.lost("re-entry after the lease was lost")
+	}
 	sent := time.Now()
-	msg, err := o.c.exec(ctx, true, lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)})
+	msg, err := o.c.exec(ctx, lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)})
 	if err != nil {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		return 0, false, o.wrap(err)
@@ -232,12 +237,13 @@ const (
 // ctx says.
 //
 //   - ErrNotHeld: the handle held nothing; nothing changed.
-//   - ErrLockLost (also ErrNotHeld): the handle held the lock but it was gone from Redis;
-//     Lost is closed.
+//   - ErrLockLost (also ErrNotHeld): the handle held the lock but it was gone from Redis, or
+//     its lease had been lost (whatever was there is released); Lost is closed.
 //   - ErrOutcomeUnknown: no reply came back. The hold counts as released — do not call Unlock
 //     again for it — and a last hold is no longer renewed, so Redis frees it by its lease at
-//     the latest. The handle's next call repeats the request first, so a late run of it can
-//     never release a hold taken since.
+//     the latest. The handle's next acquire or release repeats the request first, and makes
+//     no other until it has a reply, so a late run of it can never release a hold taken
+//     since.
 //   - any other error: Redis refused the script, which did not run; the handle still holds
 //     the lock, but a last hold is no longer renewed and lapses with its lease unless Unlock
 //     is called again.
@@ -254,17 +260,18 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if err := o.settle(ctx); err != nil {
 		return err
 	}
-	final := o.count <= 1
 	lease := o.lease.Load()
+	last, inner := o.count == 1, o.count > 1
+	lostBefore := o.leaseLost()
 	var h *heir
-	if final && lease != nil {
+	if last {
 		// Before the script is sent, and after any renewal already on its way has landed, so
 		// that no renewal can follow the release (Redisson #7272).
 		if round := lease.Stop(); round != nil {
 			<-round
 		}
-		if o.count == 1 && o.run < o.c.maxHandoff && !o.c.isClosed() {
-			h = o.c.heirs.reserve(o.name, o)
+		if o.run < o.c.maxHandoff && !o.c.isClosed() {
+			h = o.c.heirs.reserve(o.name)
 		}
 	}
 	latch, n := o.nextRequest()
@@ -276,8 +283,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	sent := time.Now()
 	msg, err := o.numbered(ctx, lua.LockRelease, []string{o.name, l.channel, latch}, args)
 	v, verr := msg.AsInt64()
+	unknown := errors.Is(err, ErrOutcomeUnknown)
 	if h != nil {
-		h.verdict <- verdict{handed: err == nil && verr == nil && v == releasedHanded, sent: sent, run: o.run + 1}
+		h.decide(err == nil && verr == nil && v == releasedHanded, unknown, sent, o.run+1)
 	}
 	if r := o.unsettled; r != nil {
 		if h != nil {
@@ -289,23 +297,21 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		// What the repeat's answer means: a last hold was given up either way; an inner one
 		// is lost if the lock is gone.
 		r.settled = func(msg rueidis.RedisMessage) error {
-			if final && lease != nil {
+			if last {
 				lease.Stop()
-			} else if !final && msg.IsNil() {
+			} else if inner && msg.IsNil() {
 				return o.lost("an inner hold's release found the lock gone")
 			}
 			return nil
 		}
 	}
 	switch {
-	case errors.Is(err, ErrOutcomeUnknown):
-		o.count = max(o.count-1, 0)
-		if final && lease != nil {
-			lease.Lapse()
-		}
-		return err
 	case err != nil:
-		if final && lease != nil {
+		if unknown {
+			o.count = max(o.count-1, 0)
+		}
+		// Unknown, or refused: a last hold is no longer renewed, and lapses with its lease.
+		if last {
 			lease.Lapse()
 		}
 		return err
@@ -320,12 +326,17 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	default:
 		o.count = 0
 	}
+	if lostBefore {
+		// Released, but the lease had been lost before: the critical section was not
+		// covered throughout, even though the field was back.
+		return fmt.Errorf("%w: %w: %q, owner %s: the lease was lost before the release", ErrLockLost, ErrNotHeld, o.name, o.id)
+	}
 	return nil
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there
 // was a lock to delete. A holder on this or another Client finds out through its Lost channel
-// at its next renewal, or at its next call.
+// at its next renewal (a hold kept by the watchdog), its next call, or when its lease ends.
 func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
@@ -355,8 +366,9 @@ func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
 	return n > 0, err
 }
 
-// HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none).
-// When the handle thought it held the lock and Redis says no, the hold is lost: Lost closes.
+// HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none);
+// the handle's own count of its Lock calls is what its Unlocks follow. When the handle
+// thought it held the lock and Redis says no, the hold is lost: Lost closes.
 func (l *Lock) HoldCount(ctx context.Context) (int, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
@@ -403,20 +415,21 @@ func (l *Lock) RemainingTTL(ctx context.Context) (time.Duration, error) {
 // hold is lost while held: a renewal found the lock gone (deleted, force-unlocked, expired),
 // no renewal succeeded before the lease ran out (Redis unreachable), an explicit Lease ran
 // out, or a call of this handle learned that the hold is gone. A deletion is noticed at the
-// next renewal (within a third of the watchdog timeout) or the handle's next call, not at
-// once; and the channel is closed by the watchdog's goroutine, which may run after the
-// holder's. So a closed channel proves the hold is gone, an open one does not prove it is
-// held: check Valid right before acting, and for writes that must never follow a lost lease,
-// have the store check a fencing token. Unlock does not close it. Before the first
-// successful acquisition it returns nil, a channel that never closes.
+// next renewal of a hold the watchdog keeps (within a third of its timeout), at the handle's
+// next call, or when the lease ends — not at once; and the channel is closed by the
+// watchdog's goroutine, which may run after the holder's. So a closed channel proves the
+// hold is gone, an open one does not prove it is held: check Valid right before acting, and
+// for writes that must never follow a lost lease, have the store check a fencing token. A
+// successful Unlock does not close it. Before the first successful acquisition it returns
+// nil, a channel that never closes.
 func (l *Lock) Lost() <-chan struct{} { return l.o.lostCh() }
 
 // Valid reports whether the handle's hold is live now: the lease, as last confirmed by
 // Redis, is still ahead by the monotonic clock, and no loss is known. Unlike Lost it is true
 // at the moment it is checked even if the process was paused, but it is no stronger than the
 // clocks: a fencing token is what makes a write after a lost lease harmless. After Unlock it
-// is false — except when Unlock returned ErrOutcomeUnknown, after which the hold may still be
-// in Redis, and Valid says so until its lease runs out.
+// is false — except when the Unlock of a last hold failed (ErrOutcomeUnknown, or refused),
+// after which the hold may still be in Redis, and Valid says so until its lease runs out.
 func (l *Lock) Valid() bool { return l.o.valid() }
 
 // Deadline returns when the handle's hold expires unless renewed, as last confirmed by Redis

@@ -132,7 +132,7 @@ func (o *owner) nextRequest() (latch, n string) {
 // in o.unsettled, to be repeated before the owner's next request; the caller sets what its
 // answer will mean (settled). Caller holds op.
 func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
-	msg, err := o.c.exec(ctx, false, script, keys, args)
+	msg, err := o.c.exec(ctx, script, keys, args)
 	if errors.Is(err, ErrOutcomeUnknown) {
 		o.unsettled = &request{script: script, keys: keys, args: args}
 	}
@@ -141,30 +141,32 @@ func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []
 
 // settle repeats a request whose outcome is unknown until Redis answers, so that no later
 // request runs while a late run of it could still act, and reports what the answer means.
-// Caller holds op.
+// Until it has an answer — a reply, not a refusal: a refused repeat did not run, and the
+// first run may still — the owner makes no other request. Caller holds op.
 func (o *owner) settle(ctx context.Context) error {
 	r := o.unsettled
 	if r == nil {
 		return nil
 	}
-	msg, err := o.c.exec(ctx, false, r.script, r.keys, r.args)
-	if errors.Is(err, ErrOutcomeUnknown) {
-		return fmt.Errorf("dsync: %q: an earlier request's outcome is still unknown: %w", o.name, err)
+	msg, err := o.c.exec(ctx, r.script, r.keys, r.args)
+	if err != nil {
+		return fmt.Errorf("dsync: %q: an earlier release is still unsettled: %w", o.name, o.wrap(err))
 	}
 	o.unsettled = nil
-	if err != nil || r.settled == nil {
-		return nil // refused: the repeat changed nothing, and so do later runs (the mark passed them)
+	if r.settled == nil {
+		return nil
 	}
 	return r.settled(msg)
 }
 
 // exec runs a script that is safe to repeat. A reply lost to the network, or a refusal that
 // means the script did not run (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY),
-// is retried with backoff within the retry budget — and within ctx if bounded (a release is
-// not: it must still run when the caller's request has ended). A script already sent is
-// awaited whatever ctx says: only its reply tells what it did. When no reply came back for a
-// run that may have acted, the error wraps ErrOutcomeUnknown. A nil reply is no error.
-func (c *Client) exec(ctx context.Context, bounded bool, s *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+// is retried with backoff within the retry budget and while ctx lasts (a release passes a
+// context without cancellation: it must still run when the caller's request has ended). A
+// script already sent is awaited whatever ctx says: only its reply tells what it did. When
+// no reply came back for a run that may have acted, the error wraps ErrOutcomeUnknown. A nil
+// reply is no error.
+func (c *Client) exec(ctx context.Context, s *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
 	sendCtx := ctx
 	if ctx.Done() != nil {
 		sendCtx = context.WithoutCancel(ctx)
@@ -178,11 +180,12 @@ func (c *Client) exec(ctx context.Context, bounded bool, s *rueidis.Lua, keys, a
 			return msg, nil
 		}
 		rerr, isRedis := rueidis.IsRedisErr(err)
-		// rueidis.ErrClosing: the client was closed, and nothing was sent.
-		unknown = unknown || (!isRedis && !errors.Is(err, rueidis.ErrClosing))
-		retry := !isRedis || notRun(rerr)
-		if !retry || errors.Is(err, rueidis.ErrClosing) || time.Since(start)+backoff > c.budget ||
-			(bounded && ctx.Err() != nil) {
+		closing := errors.Is(err, rueidis.ErrClosing) // the client is closed: nothing was sent
+		unknown = unknown || (!isRedis && !closing)
+		if closing {
+			c.mux.WakeAll() // waiters re-check now, and find the client closed
+		}
+		if (isRedis && !notRun(rerr)) || closing || time.Since(start)+backoff > c.budget || ctx.Err() != nil || c.isClosed() {
 			if unknown {
 				return msg, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 			}
@@ -191,6 +194,7 @@ func (c *Client) exec(ctx context.Context, bounded bool, s *rueidis.Lua, keys, a
 		c.log.Debug("no reply, or the script did not run; repeating the request", zap.Error(err))
 		select {
 		case <-time.After(backoff):
+		case <-ctx.Done():
 		case <-c.closed:
 		}
 		backoff = min(backoff*2, maxBackoff)
@@ -212,7 +216,6 @@ func (o *owner) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	o.c.sawClosing(err)
 	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.Contains(rerr.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w: key %q: %w", ErrWrongType, o.name, err)
 	}
@@ -241,6 +244,9 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 	// A lease not lost is reused from hold to hold: its Lost channel is still open, and a
 	// lock taken in a loop costs no new lease.
 	l := o.lease.Load()
+	if l != nil && o.count == 1 {
+		l.Stop() // a new hold: the deadline of one given up (a lapsing lease) is not its own
+	}
 	if l == nil || !l.Hold(sent, o.ttl(), keep) {
 		l = o.c.wd.Start(o.kind, o.name, o.id, sent, o.ttl(), keep)
 		o.lease.Store(l)
@@ -259,6 +265,22 @@ func (o *owner) lost(reason string) error {
 		l.Lose(reason)
 	}
 	return fmt.Errorf("%w: %w: %q, owner %s: %s", ErrLockLost, ErrNotHeld, o.name, o.id, reason)
+}
+
+// leaseLost reports whether the current hold's lease was lost: a hold the owner still counts
+// is gone, even if a field of its name is back in Redis (a late acquire) — the gap in
+// between was not covered.
+func (o *owner) leaseLost() bool {
+	l := o.lease.Load()
+	if l == nil || o.count == 0 {
+		return false
+	}
+	select {
+	case <-l.Lost():
+		return true
+	default:
+		return false
+	}
 }
 
 // valid reports whether the current hold's lease is ahead, now, by the monotonic clock.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/pubsub"
-	"github.com/redis/rueidis"
 )
 
 // A wait describes one blocking acquisition: what to attempt, which channel's messages mean
@@ -106,7 +105,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 && attempted {
-				return h.leave(ctx, nil)
+				return h.leave(nil)
 			}
 			d = max(min(d, left), 0)
 		}
@@ -122,13 +121,11 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			}
 			decided = true // not handed over: the heir attempts itself
 		case <-ctx.Done():
-			return h.leave(ctx, ctx.Err())
+			return h.leave(ctx.Err())
 		case <-c.closed:
-			return h.leave(ctx, ErrClosed)
+			return h.leave(ErrClosed)
 		case <-c.mux.Done():
-			return h.leave(ctx, c.waitEnded(c.mux.Err()))
-		case <-c.rdbClosed:
-			return h.leave(ctx, c.waitEnded(rueidis.ErrClosing))
+			return h.leave(c.waitEnded(c.mux.Err()))
 		}
 		if h != nil && !decided && !h.state.CompareAndSwap(heirParked, heirBusy) {
 			// A release is handing the lock over: its reply decides.
@@ -183,11 +180,12 @@ func (c *Client) recheckAfter(ttlMs int64) time.Duration {
 // the woken waiter's attempt: three scripts and two round trips. The lock is never free in
 // between, so nothing is published and Redisson's layout is all that Redis ever holds.
 //
-// The heir waits for the release's reply. If Redis recorded the hand-off, the heir holds the
-// lock, its lease timed from the release's send time. Otherwise — the lock was gone, Redis
-// refused, or the outcome stays unknown — the heir makes its own attempt, which takes over
-// whatever the release wrote (its count comes from the heir, and a field of its own is
-// adopted).
+// The heir waits for the release's reply. The releaser holds the heir's op from reserving it
+// to recording the outcome, so that nothing else the heir's owner does comes in between. If
+// Redis recorded the hand-off, the releaser records the heir's hold, its lease timed from
+// the release's send time. Otherwise — the lock was gone, Redis refused, or the outcome stays
+// unknown — the heir makes its own attempt, which takes over whatever the release wrote (its
+// count comes from the heir, and a field of its own is adopted).
 //
 // A Client that always handed its lock on would keep it from other Clients and from Java
 // processes for as long as it had local waiters: their waiters are only woken by a release
@@ -200,19 +198,17 @@ type heir struct {
 	o       *owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
-	attempt attempter // the acquisition's own attempt
 	// state is heirParked while the heir waits and nobody acts for it; a releaser moves it
 	// to heirReserved, the heir itself to every other state.
 	state   atomic.Int32
 	verdict chan verdict // a reserving releaser's outcome, one per reservation
 }
 
-// A verdict is what a release that reserved the heir did: handed it the lock, sent at sent,
-// as the run-th consecutive hand-off; or not, and the heir must attempt itself.
+// A verdict is what a release that reserved the heir did: handed it the lock (recorded as the
+// heir's hold, or lost already: err), or not, and the heir must attempt itself.
 type verdict struct {
 	handed bool
-	sent   time.Time
-	run    int
+	err    error
 }
 
 const (
@@ -255,48 +251,55 @@ func (q *heirs) remove(h *heir) {
 	}
 }
 
-// reserve picks the longest-waiting parked heir of name that is not the releaser itself and
-// moves it to heirReserved: it makes no attempt of its own until the releaser's verdict.
-func (q *heirs) reserve(name string, releaser *owner) *heir {
+// reserve picks the longest-waiting parked heir of name whose owner is idle, holds nothing
+// and has no request of unknown outcome, moves it to heirReserved and returns it with its
+// owner's op held: the caller must hand it the lock and then call decide. Only tryLock is
+// used on other owners' ops, so a releaser (which holds its own) never deadlocks.
+func (q *heirs) reserve(name string) *heir {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, h := range q.queue[name] {
-		if h.o != releaser && h.state.CompareAndSwap(heirParked, heirReserved) {
+		if h.state.Load() != heirParked || !h.o.tryLock() {
+			continue
+		}
+		if h.o.count == 0 && h.o.unsettled == nil && !h.o.unsure && h.state.CompareAndSwap(heirParked, heirReserved) {
 			return h
 		}
+		h.o.unlock()
 	}
 	return nil
 }
 
-// took records the hold a release handed the heir.
+// decide records what the release that reserved h did — handed, sent at sent as the run-th
+// hand-off in a row; or, with its outcome unknown, maybe — gives h's owner back its op and
+// tells h.
+func (h *heir) decide(handed, unknown bool, sent time.Time, run int) {
+	v := verdict{handed: handed}
+	if handed {
+		v.err = h.o.took(sent, h.lease, run)
+	} else if unknown {
+		h.o.unsure = true // the hand-off may have happened: the heir's next attempt adopts it
+	}
+	h.o.unlock()
+	h.verdict <- v
+}
+
+// took ends the wait of an heir handed the lock.
 func (h *heir) took(v verdict) (bool, error) {
-	o := h.o
-	if err := o.lock(context.Background()); err != nil {
-		return false, err
-	}
-	defer o.unlock()
 	h.state.Store(heirGone)
-	if err := o.took(v.sent, h.lease, v.run); err != nil {
-		return false, err
-	}
-	return true, nil
+	return v.err == nil, v.err
 }
 
 // leave ends the wait with err — unless a release is handing the lock over meanwhile: then
-// its verdict decides, and if it did not hand the lock over, one last attempt takes over
-// whatever the release may have written. h may be nil.
-func (h *heir) leave(ctx context.Context, err error) (bool, error) {
+// its verdict decides. h may be nil.
+func (h *heir) leave(err error) (bool, error) {
 	if h == nil || h.state.CompareAndSwap(heirParked, heirGone) {
 		return false, err
 	}
-	v := <-h.verdict
-	if v.handed {
+	if v := <-h.verdict; v.handed {
 		return h.took(v)
 	}
 	h.state.Store(heirGone)
-	if _, ok, aerr := h.attempt.attempt(context.WithoutCancel(ctx)); ok || aerr != nil {
-		return ok, aerr
-	}
 	return false, err
 }
 

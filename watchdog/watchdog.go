@@ -146,7 +146,7 @@ func New(opts Options) (*Watchdog, error) {
 // Timeout returns the lease that renewals set.
 func (w *Watchdog) Timeout() time.Duration { return w.timeout }
 
-// Start registers a lease on key for owner: a command sent at sent set its TTL to ttl (keep:
+// Start registers a lease of kind (not nil) on key for owner: a command sent at sent set its TTL to ttl (keep:
 // to the watchdog timeout, and the lease is renewed by kind's Renew every Timeout/3; else it
 // is only timed, and reported lost if it runs out while held). Call it before the
 // acquisition is reported to the caller, so that no window exists in which the lock is held
@@ -164,9 +164,10 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Hold records that a command sent at sent set the lock's TTL to at least ttl (keep: to at
 // least the watchdog timeout, and the lease is renewed from now on). Leases only grow — no
-// script lowers a held lock's TTL — so on an active lease the deadline becomes the later of
-// the two and a kept lease stays kept; on a stopped one (its hold was released) the lease
-// starts afresh. It reports false if the lease is already lost.
+// script lowers a held lock's TTL — so on an active lease, which must be the same hold's, the
+// deadline becomes the later of the two and a kept lease stays kept; on a stopped one the
+// lease starts afresh (Stop a lease before a new hold reuses it). It reports false if the
+// lease is already lost.
 func (l *Lease) Hold(sent time.Time, ttl time.Duration, keep bool) bool {
 	w := l.w
 	w.mu.Lock()

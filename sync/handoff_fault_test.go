@@ -113,7 +113,7 @@ func TestUnknownHandoffHeirAdoptsHold(t *testing.T) {
 		if ok, err := o.TryLock(ctx); err != nil || !ok {
 			t.Fatalf("another Client cannot take the lock after its only user released it (TryLock %v, %v)", ok, err)
 		}
-		mustNil(t, o.Unlock(ctx))
+		must(t, o.Unlock(ctx))
 	})
 }
 

@@ -159,12 +159,6 @@ func await(t *testing.T, done <-chan error, what string) {
 }
 
 // mustNil fails the test on a non-nil error.
-func mustNil(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // A release hands the lock to the longest-waiting local waiter in its own script: the
 // heir holds it at once, in Redisson's layout, and nothing is published, since the lock was
@@ -467,7 +461,7 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 		warmScripts(t, ctx, c)
 		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
 		a, first, unsure := c.Lock(name), c.Lock(name), c.Lock(name)
-		mustNil(t, unsure.Lock(ctx))
+		must(t, unsure.Lock(ctx))
 		proxy.DropReplyAfter([]byte(unlockLatchPrefix))
 		if err := unsure.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) {
 			t.Fatalf("unlock with a lost reply and no retry budget: %v, want ErrOutcomeUnknown", err)
@@ -476,7 +470,7 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 			t.Fatalf("the proxy dropped %d replies, want 1", proxy.Dropped())
 		}
 		unsettled := func() bool {
-			mustNil(t, unsure.o.lock(ctx))
+			must(t, unsure.o.lock(ctx))
 			defer unsure.o.unlock()
 			return unsure.o.unsettled != nil
 		}
@@ -486,7 +480,7 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 		latch := unsure.o.latch
 		mark := func() string {
 			v, err := admin.Do(ctx, admin.B().Get().Key(latch).Build()).ToString()
-			mustNil(t, err)
+			must(t, err)
 			return v
 		}
 		if m := mark(); m != "1" {
@@ -496,7 +490,7 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 			t.Fatalf("the unknown unlock's first run published %q, want [0]: it freed the lock", got)
 		}
 
-		mustNil(t, a.Lock(ctx))
+		must(t, a.Lock(ctx))
 		firstDone := startLock(ctx, first)
 		settled(t, c, name, 1)
 		unsureDone := startLock(ctx, unsure) // attempts (settling its unlock), then waits
@@ -509,10 +503,10 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 		}
 		sub.quiet(t, ctx, "the settling repeat of a release that freed the lock")
 
-		mustNil(t, a.Unlock(ctx))
+		must(t, a.Unlock(ctx))
 		await(t, firstDone, "first handed the lock")
 		sub.quiet(t, ctx, "hand-off a → first")
-		mustNil(t, first.Unlock(ctx))
+		must(t, first.Unlock(ctx))
 		await(t, unsureDone, "the unsure handle took the lock")
 		if got := sub.published(t, ctx); len(got) != 1 {
 			t.Fatalf("release published %q: want a free (one message), not a hand-off", got)
@@ -520,7 +514,7 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 		if n, err := unsure.HoldCount(ctx); n != 1 || err != nil {
 			t.Fatalf("the unsure handle's hold count %d (%v), want 1", n, err)
 		}
-		mustNil(t, unsure.Unlock(ctx))
+		must(t, unsure.Unlock(ctx))
 		if exists(t, admin, name) {
 			t.Fatal("lock alive after the last unlock")
 		}
@@ -542,10 +536,10 @@ func TestHandoffOfLostLockHeirAttemptsItself(t *testing.T) {
 				c, rdb := newClient(t, b.Addr)
 				other, _ := newClient(t, b.Addr)
 				l, h := c.Lock(name), c.Lock(name)
-				mustNil(t, l.Lock(ctx))
+				must(t, l.Lock(ctx))
 				hDone := startLock(ctx, h)
 				settled(t, c, name, 1)
-				mustNil(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
+				must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 				o := other.Lock(name)
 				if taken {
 					if ok, err := o.TryLock(ctx); !ok || err != nil {
@@ -570,7 +564,7 @@ func TestHandoffOfLostLockHeirAttemptsItself(t *testing.T) {
 					if n := mustInt(t, rdb.Do(ctx, rdb.B().Hget().Key(name).Field(o.Owner()).Build())); n != 1 {
 						t.Fatalf("the other Client's hold count %d, want 1", n)
 					}
-					mustNil(t, o.Unlock(ctx))
+					must(t, o.Unlock(ctx))
 				}
 				await(t, hDone, "heir took the lock by its own attempt")
 				if n, err := h.HoldCount(ctx); n != 1 || err != nil {
@@ -579,14 +573,14 @@ func TestHandoffOfLostLockHeirAttemptsItself(t *testing.T) {
 				if isClosed(h.Lost()) || !h.Valid() {
 					t.Fatal("heir's hold, taken by its own attempt, reported lost")
 				}
-				mustNil(t, h.Unlock(ctx))
+				must(t, h.Unlock(ctx))
 				if exists(t, rdb, name) {
 					t.Fatal("lock alive after the heir's unlock")
 				}
 				if ok, err := o.TryLock(ctx); err != nil || !ok {
 					t.Fatalf("another Client cannot take the free lock (TryLock %v, %v)", ok, err)
 				}
-				mustNil(t, o.Unlock(ctx))
+				must(t, o.Unlock(ctx))
 			})
 		}
 	})
@@ -603,7 +597,7 @@ func TestHandoffNearLeaseEndGivesHeirItsOwnLease(t *testing.T) {
 		c, rdb := newClient(t, b.Addr)
 		sub := rawSubscribe(t, ctx, rdb, lockChannel(name))
 		l, h := c.Lock(name), c.Lock(name)
-		mustNil(t, l.Lock(ctx, Lease(2*time.Second)))
+		must(t, l.Lock(ctx, Lease(2*time.Second)))
 		hDone := startLock(ctx, h)
 		settled(t, c, name, 1)
 		sub.published(t, ctx)
@@ -611,7 +605,7 @@ func TestHandoffNearLeaseEndGivesHeirItsOwnLease(t *testing.T) {
 			return pttl(t, rdb, name) < 1500
 		})
 
-		mustNil(t, l.Unlock(ctx))
+		must(t, l.Unlock(ctx))
 		await(t, hDone, "heir handed the lock")
 		sub.quiet(t, ctx, "hand-off near the releaser's lease end")
 		if ttl := pttl(t, rdb, name); ttl <= 2000 || ttl > DefaultWatchdogTimeout.Milliseconds() {
@@ -623,6 +617,6 @@ func TestHandoffNearLeaseEndGivesHeirItsOwnLease(t *testing.T) {
 		if n, err := h.HoldCount(ctx); n != 1 || err != nil {
 			t.Fatalf("heir's hold count %d (%v), want 1", n, err)
 		}
-		mustNil(t, h.Unlock(ctx))
+		must(t, h.Unlock(ctx))
 	})
 }

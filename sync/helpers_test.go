@@ -87,3 +87,11 @@ func isClosed(c <-chan struct{}) bool {
 
 // lockChannel is the channel a lock's releases are published on.
 func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }
+
+// must fails the test on an error; a Redis nil reply (a script's "no") is no error.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatal(err)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
-	"github.com/redis/rueidis"
 )
 
 // holdProxy is a TCP proxy that can hold back requests: the client's connection is cut at
@@ -357,12 +356,5 @@ func TestUnknownFinalUnlockThenLockUnlockFrees(t *testing.T) {
 				}
 			})
 		})
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		t.Fatal(err)
 	}
 }

@@ -295,10 +295,10 @@ func TestCloseSparesLatchOfRunningUnlock(t *testing.T) {
 		c, rdb := newClient(t, b.Addr)
 		idle, busy := c.Lock("close-idle"), c.Lock("close-busy")
 		for _, mu := range []*Lock{idle, busy} {
-			mustNil(t, mu.Lock(ctx))
-			mustNil(t, mu.Unlock(ctx))
+			must(t, mu.Lock(ctx))
+			must(t, mu.Unlock(ctx))
 		}
-		mustNil(t, busy.o.lock(ctx)) // as an unlock still running would
+		must(t, busy.o.lock(ctx)) // as an unlock still running would
 		c.Close()
 		busy.o.unlock()
 		if exists(t, rdb, idle.o.latch) {

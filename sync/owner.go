@@ -244,10 +244,11 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 	// A lease not lost is reused from hold to hold: its Lost channel is still open, and a
 	// lock taken in a loop costs no new lease.
 	l := o.lease.Load()
-	if l != nil && o.count == 1 {
-		l.Stop() // a new hold: the deadline of one given up (a lapsing lease) is not its own
+	hold := (*watchdog.Lease).Hold
+	if o.count == 1 {
+		hold = (*watchdog.Lease).Restart // a new hold: a given-up hold's deadline is not its own
 	}
-	if l == nil || !l.Hold(sent, o.ttl(), keep) {
+	if l == nil || !hold(l, sent, o.ttl(), keep) {
 		l = o.c.wd.Start(o.kind, o.name, o.id, sent, o.ttl(), keep)
 		o.lease.Store(l)
 	}

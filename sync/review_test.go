@@ -47,7 +47,7 @@ func hget(t *testing.T, ctx context.Context, rdb rueidis.Client, name, owner str
 	if rueidis.IsRedisNil(err) {
 		return 0
 	}
-	mustNil(t, err)
+	must(t, err)
 	return n
 }
 
@@ -58,14 +58,14 @@ func hashLatch(t *testing.T, ctx context.Context, admin rueidis.Client, latch st
 	if latch == "" {
 		t.Fatal("the owner has no unlock latch yet")
 	}
-	mustNil(t, admin.Do(ctx, admin.B().Del().Key(latch).Build()).Error())
-	mustNil(t, admin.Do(ctx, admin.B().Hset().Key(latch).FieldValue().FieldValue("x", "1").Build()).Error())
+	must(t, admin.Do(ctx, admin.B().Del().Key(latch).Build()).Error())
+	must(t, admin.Do(ctx, admin.B().Hset().Key(latch).FieldValue().FieldValue("x", "1").Build()).Error())
 }
 
 // unsettledOf reports, under the owner's op, whether l has a release of unknown outcome.
 func unsettledOf(t *testing.T, ctx context.Context, l *Lock) bool {
 	t.Helper()
-	mustNil(t, l.o.lock(ctx))
+	must(t, l.o.lock(ctx))
 	defer l.o.unlock()
 	return l.o.unsettled != nil
 }
@@ -91,7 +91,7 @@ func TestReviewS1RefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 			return rueidis.RedisResult{}, false
 		}
 		c, err := New(rdb, WithRetryBudget(100*time.Millisecond))
-		mustNil(t, err)
+		must(t, err)
 		t.Cleanup(func() { c.Close() })
 		other, _ := newClient(t, b.Addr)
 		admin := b.Client(t)
@@ -129,7 +129,7 @@ func TestReviewS1RefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 			t.Fatalf("hold count in Redis %d after the refused settle, want 1 (nothing ran)", n)
 		}
 
-		mustNil(t, admin.Do(ctx, admin.B().Del().Key(l.o.latch).Build()).Error())
+		must(t, admin.Do(ctx, admin.B().Del().Key(l.o.latch).Build()).Error())
 		ok, err = l.TryLock(ctx, Lease(time.Second))
 		took := time.Now()
 		if !ok || err != nil {
@@ -155,7 +155,7 @@ func TestReviewS1RefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 		if !l.Valid() {
 			t.Fatal("the new hold is not valid")
 		}
-		mustNil(t, l.Unlock(ctx))
+		must(t, l.Unlock(ctx))
 		if exists(t, admin, name) {
 			t.Fatal("lock alive after its Unlock")
 		}
@@ -175,13 +175,13 @@ func TestReviewS1NewHoldStopsLapsingLease(t *testing.T) {
 		if ok, err := l.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
 			t.Fatalf("TryLock: %v, %v", ok, err)
 		}
-		mustNil(t, l.o.lock(ctx))
+		must(t, l.o.lock(ctx))
 		lease := l.o.lease.Load()
 		lease.Stop()
 		l.o.count = 0 // the hold was given up...
 		lease.Lapse() // ...and its lease lapses with its old deadline, an hour ahead
 		l.o.unlock()
-		mustNil(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
+		must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
 
 		ok, err := l.TryLock(ctx, Lease(time.Second))
 		took := time.Now()
@@ -192,7 +192,7 @@ func TestReviewS1NewHoldStopsLapsingLease(t *testing.T) {
 			t.Fatalf("deadline %v ahead (%v) after TryLock(Lease(1s)), want at most 1s: not the lapsing lease's",
 				d.Sub(took).Round(time.Millisecond), dok)
 		}
-		mustNil(t, l.Unlock(ctx))
+		must(t, l.Unlock(ctx))
 	})
 }
 
@@ -219,14 +219,14 @@ func TestReviewS2NoHandoffToHandleWithUnsettledRelease(t *testing.T) {
 		}
 		// No retry budget: the lost reply is at once an unknown outcome.
 		c, err := New(rdb, WithRetryBudget(0))
-		mustNil(t, err)
+		must(t, err)
 		t.Cleanup(func() { c.Close() })
 		admin := b.Client(t)
 		other, _ := newClient(t, b.Addr)
 		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
 		a := c.Lock(name)
 		h = c.Lock(name)
-		mustNil(t, a.Lock(ctx))
+		must(t, a.Lock(ctx))
 		hDone := startLock(ctx, h) // G1: waits as an heir
 		settled(t, c, name, 1)
 
@@ -245,7 +245,7 @@ func TestReviewS2NoHandoffToHandleWithUnsettledRelease(t *testing.T) {
 		}
 		sub.published(t, ctx)
 
-		mustNil(t, a.Unlock(ctx))
+		must(t, a.Unlock(ctx))
 		await(t, hDone, "h's waiter takes the lock")
 		// h's next request: were its release still unsettled, the repeat would free the lock.
 		if err := h.Lock(ctx); err != nil {
@@ -261,8 +261,8 @@ func TestReviewS2NoHandoffToHandleWithUnsettledRelease(t *testing.T) {
 		if ok, err := other.Lock(name).TryLock(ctx); ok || err != nil {
 			t.Fatalf("another Client's TryLock while h holds the lock: %v, %v; want false, nil", ok, err)
 		}
-		mustNil(t, h.Unlock(ctx))
-		mustNil(t, h.Unlock(ctx))
+		must(t, h.Unlock(ctx))
+		must(t, h.Unlock(ctx))
 		if exists(t, admin, name) {
 			t.Fatal("lock alive after h's last Unlock")
 		}
@@ -294,14 +294,14 @@ func TestReviewS4NoHandoffToBusyHandle(t *testing.T) {
 			return rueidis.RedisResult{}, false
 		}
 		c, err := New(rdb)
-		mustNil(t, err)
+		must(t, err)
 		t.Cleanup(func() { c.Close() })
 		admin := b.Client(t)
 		other, _ := newClient(t, b.Addr)
 		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
 		a := c.Lock(name)
 		h = c.Lock(name)
-		mustNil(t, a.Lock(ctx))
+		must(t, a.Lock(ctx))
 		hDone := startLock(ctx, h) // G1: waits as an heir
 		settled(t, c, name, 1)
 		sub.published(t, ctx)
@@ -314,7 +314,7 @@ func TestReviewS4NoHandoffToBusyHandle(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("h's Unlock not sent within 5 s")
 		}
-		mustNil(t, a.Unlock(ctx)) // while h's Unlock is in flight
+		must(t, a.Unlock(ctx)) // while h's Unlock is in flight
 		close(release)
 		select {
 		case err := <-unlocked:
@@ -335,7 +335,7 @@ func TestReviewS4NoHandoffToBusyHandle(t *testing.T) {
 		if ok, err := other.Lock(name).TryLock(ctx); ok || err != nil {
 			t.Fatalf("another Client's TryLock while h holds the lock: %v, %v; want false, nil", ok, err)
 		}
-		mustNil(t, h.Unlock(ctx))
+		must(t, h.Unlock(ctx))
 		if exists(t, admin, name) {
 			t.Fatal("lock alive after h's Unlock")
 		}
@@ -360,7 +360,7 @@ func TestReviewS3UnlockOfNothingDoesNotReviveLease(t *testing.T) {
 				if ok, err := h.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
 					t.Fatalf("TryLock: %v, %v", ok, err)
 				}
-				mustNil(t, h.Unlock(ctx))
+				must(t, h.Unlock(ctx))
 				o := other.Lock(name)
 				if ok, err := o.TryLock(ctx); !ok || err != nil {
 					t.Fatalf("another Client's TryLock of the free lock: %v, %v", ok, err)
@@ -389,7 +389,7 @@ func TestReviewS3UnlockOfNothingDoesNotReviveLease(t *testing.T) {
 				if n := hget(t, ctx, admin, name, o.Owner()); n != 1 {
 					t.Fatalf("the other Client's hold count %d, want 1", n)
 				}
-				mustNil(t, o.Unlock(ctx))
+				must(t, o.Unlock(ctx))
 			})
 		}
 	})
@@ -409,15 +409,15 @@ func TestReviewS5LostLeaseStaysLostWhenFieldIsBack(t *testing.T) {
 				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
 				admin := b.Client(t)
 				l := c.Lock(name)
-				mustNil(t, l.Lock(ctx))
+				must(t, l.Lock(ctx))
 				lost := l.Lost()
-				mustNil(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
+				must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
 				eventually(t, 3*time.Second, "Lost closed by the renewal that finds the lock gone", func() bool {
 					return isClosed(lost)
 				})
 				// A late acquire of the same owner puts its field back.
-				mustNil(t, admin.Do(ctx, admin.B().Hset().Key(name).FieldValue().FieldValue(l.Owner(), "1").Build()).Error())
-				mustNil(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
+				must(t, admin.Do(ctx, admin.B().Hset().Key(name).FieldValue().FieldValue(l.Owner(), "1").Build()).Error())
+				must(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
 
 				switch call {
 				case "Lock":
@@ -468,7 +468,7 @@ func TestReviewL1ExecStopsRetryingWhenClosed(t *testing.T) {
 		eventually(t, 2*time.Second, "Unlock repeating its request", func() bool { return repeats() >= 1 })
 		before := repeats()
 		closing := time.Now()
-		mustNil(t, c.Close())
+		must(t, c.Close())
 		select {
 		case err := <-unlocked:
 			took := time.Since(closing)

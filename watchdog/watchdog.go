@@ -153,7 +153,7 @@ func (w *Watchdog) Timeout() time.Duration { return w.timeout }
 // but not kept.
 func (w *Watchdog) Start(kind *Kind, key, owner string, sent time.Time, ttl time.Duration, keep bool) *Lease {
 	l := &Lease{w: w, kind: kind, key: key, owner: owner, slot: keyslot.Of(key), lost: make(chan struct{})}
-	l.Hold(sent, ttl, keep)
+	l.Restart(sent, ttl, keep)
 	return l
 }
 
@@ -166,9 +166,18 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 // least the watchdog timeout, and the lease is renewed from now on). Leases only grow — no
 // script lowers a held lock's TTL — so on an active lease, which must be the same hold's, the
 // deadline becomes the later of the two and a kept lease stays kept; on a stopped one the
-// lease starts afresh (Stop a lease before a new hold reuses it). It reports false if the
-// lease is already lost.
+// lease starts afresh. It reports false if the lease is already lost.
 func (l *Lease) Hold(sent time.Time, ttl time.Duration, keep bool) bool {
+	return l.hold(sent, ttl, keep, false)
+}
+
+// Restart is Hold for a new hold: the lease starts afresh even if it is still active (the
+// lapsing lease of a hold given up), since that hold's deadline is not the new one's.
+func (l *Lease) Restart(sent time.Time, ttl time.Duration, keep bool) bool {
+	return l.hold(sent, ttl, keep, true)
+}
+
+func (l *Lease) hold(sent time.Time, ttl time.Duration, keep, fresh bool) bool {
 	w := l.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -182,7 +191,7 @@ func (l *Lease) Hold(sent time.Time, ttl time.Duration, keep bool) bool {
 	if keep {
 		ttl = max(ttl, w.timeout)
 	}
-	if l.active {
+	if l.active && !fresh {
 		if end := sent.Add(ttl); end.After(l.deadline) {
 			l.deadline = end
 		}

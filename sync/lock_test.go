@@ -18,6 +18,7 @@ import (
 // non-atomic GET → decide → SET. Under the lock exactly the stock is sold, never more, and
 // never two buyers inside at once.
 func TestStockNeverOversold(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const instances, buyers, stock = 4, 50, 100
 		ctx := testCtx(t, 60*time.Second)
@@ -80,6 +81,7 @@ func TestStockNeverOversold(t *testing.T) {
 }
 
 func TestReentrancy(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(time.Minute))
@@ -131,6 +133,7 @@ func TestReentrancy(t *testing.T) {
 }
 
 func TestNonOwnerUnlock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c1, rdb := newClient(t, b.Addr)
@@ -161,6 +164,7 @@ func TestNonOwnerUnlock(t *testing.T) {
 
 // A holder that crashes (never unlocks, never renews) loses the lock when its lease runs out.
 func TestLeaseExpiryFreesCrashedHolder(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		crashed, _ := newClient(t, b.Addr)
@@ -184,6 +188,7 @@ func TestLeaseExpiryFreesCrashedHolder(t *testing.T) {
 }
 
 func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const timeout = 300 * time.Millisecond
 		ctx := testCtx(t, 20*time.Second)
@@ -255,6 +260,7 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 // With a 30 s watchdog timeout, a waiter that got the lock within 2 s of the unlock was woken
 // by the release message, not by its TTL fallback.
 func TestWaiterWokenByUnlockMessage(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		holderC, _ := newClient(t, b.Addr)
@@ -306,6 +312,7 @@ func numsub(t *testing.T, b *redistest.Backend, c *Client, channel string) int64
 // Java at the wire: a holder in Redisson's format, written with raw commands, excludes our
 // lock; our release is what a Redisson waiter listens for; a Redisson-style release wakes us.
 func TestRedissonWireCompatibility(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		c, rdb := newClient(t, b.Addr)
@@ -393,6 +400,7 @@ return 1`)
 // short watchdog timeout, renewals run all the time during 1,000 cycles; afterwards nothing of
 // the lock may remain — neither the hash nor an unlock latch.
 func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		// Long enough that a renewal round delayed by a loaded machine still lands in time;
 		// short enough that renewals run during the test.
@@ -429,6 +437,7 @@ func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
 // An unlock whose reply is lost is retried with the same request ID: a partial release is
 // not applied twice, and a final release is not reported as ErrNotHeld.
 func TestUnlockReplyLost(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		proxy := redistest.NewProxy(t, b.Addr)
@@ -526,6 +535,7 @@ func warmScripts(t *testing.T, ctx context.Context, c *Client) {
 }
 
 func TestForceUnlock(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
@@ -551,6 +561,7 @@ func TestForceUnlock(t *testing.T) {
 }
 
 func TestInspection(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, _ := newClient(t, b.Addr)
@@ -590,6 +601,7 @@ func TestInspection(t *testing.T) {
 // A TryLock with a wait time gives up when it ends, and a held lock with an explicit lease
 // reports its loss when that lease runs out.
 func TestTryLockWaitAndLeaseLoss(t *testing.T) {
+	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, _ := newClient(t, b.Addr)
@@ -631,6 +643,7 @@ func TestTryLockWaitAndLeaseLoss(t *testing.T) {
 }
 
 func TestInvalidArguments(t *testing.T) {
+	t.Parallel()
 	b := redistest.Miniredis(t)
 	rdb := b.Client(t)
 	for name, opt := range map[string]Option{
@@ -687,6 +700,7 @@ func TestInvalidArguments(t *testing.T) {
 func second[T any](_ T, err error) error { return err }
 
 func TestClosedClient(t *testing.T) {
+	t.Parallel()
 	b := redistest.Miniredis(t)
 	ctx := testCtx(t, 10*time.Second)
 	c, _ := newClient(t, b.Addr)
@@ -725,6 +739,7 @@ func TestClosedClient(t *testing.T) {
 }
 
 func TestRequestIDs(t *testing.T) {
+	t.Parallel()
 	c, err := New(redistest.Miniredis(t).Client(t))
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,9 @@ import (
 //
 // A context bounds how long a call waits for the lock. A script already sent to Redis is
 // awaited even if the context ends meanwhile (bounded by the rueidis client's own timeouts):
-// only its reply tells what it did, and a handle never acts on a guess.
+// only its reply tells what it did, and a handle never acts on a guess. For the same reason a
+// waiter being handed the lock by a local release as its context ends waits for that
+// release's reply (within the retry budget) and, handed, succeeds.
 type Lock struct {
 	o       owner
 	channel string
@@ -164,7 +166,7 @@ func (l *Lock) acquire(ctx context.Context, lease, limit time.Duration) (bool, e
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
 	w := wait{channel: l.channel, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	if join && o.c.maxHandoff > 0 {
-		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs}
+		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs, attempt: a}
 		w.heir = &a.heir
 	}
 	return o.c.acquire(ctx, w)
@@ -203,7 +205,10 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		return 0, false, o.wrap(err)
 	}
-	o.unsure = false // a reply: whatever an earlier acquire did, this one adopted or saw it gone
+	// A reply: whatever an earlier acquire did, this one adopted or saw gone. (A first run of
+	// a hand-off to this owner reaching Redis even later can still hand it over; the owner
+	// adopts that at its next re-check, or it lapses with its lease.)
+	o.unsure = false
 	if o.c.afterAcquire != nil {
 		o.c.afterAcquire()
 	}
@@ -236,7 +241,8 @@ const (
 // same request number within the retry budget (WithRetryBudget, 10 s by default), whatever
 // ctx says.
 //
-//   - ErrNotHeld: the handle held nothing; nothing changed.
+//   - ErrNotHeld: the handle held nothing, and Redis had no hold of its owner. (A hold it did
+//     not know of — left by an acquire whose reply was lost — is released, and nil returned.)
 //   - ErrLockLost (also ErrNotHeld): the handle held the lock but it was gone from Redis, or
 //     its lease had been lost (whatever was there is released); Lost is closed.
 //   - ErrOutcomeUnknown: no reply came back. The hold counts as released — do not call Unlock
@@ -244,9 +250,10 @@ const (
 //     the latest. The handle's next acquire or release repeats the request first, and makes
 //     no other until it has a reply, so a late run of it can never release a hold taken
 //     since.
-//   - any other error: Redis refused the script, which did not run; the handle still holds
-//     the lock, but a last hold is no longer renewed and lapses with its lease unless Unlock
-//     is called again.
+//   - any other error: Redis answered with an error, so the script did not run (or stopped
+//     part way, which only a misconfiguration causes, such as sharded pub/sub on Redis < 7);
+//     the handle still holds the lock, but a last hold is no longer renewed and lapses with
+//     its lease unless Unlock is called again.
 func (l *Lock) Unlock(ctx context.Context) error {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
@@ -294,23 +301,26 @@ func (l *Lock) Unlock(ctx context.Context) error {
 			// would not know.
 			r.args = r.args[:7]
 		}
-		// What the repeat's answer means: a last hold was given up either way; an inner one
-		// is lost if the lock is gone.
-		r.settled = func(msg rueidis.RedisMessage) error {
-			if last {
-				lease.Stop()
-			} else if inner && msg.IsNil() {
-				return o.lost("an inner hold's release found the lock gone")
+		// What the repeat's answer means: an inner hold is lost if the lock is gone (a last
+		// one was given up either way).
+		if inner {
+			r.settled = func(msg rueidis.RedisMessage) error {
+				if msg.IsNil() {
+					return o.lost("an inner hold's release found the lock gone")
+				}
+				return nil
 			}
-			return nil
 		}
 	}
 	switch {
+	case unknown:
+		// The hold counts as given up: a last one is no longer renewed or timed (Redis frees
+		// it by its lease at the latest), and the handle holds nothing it could call valid.
+		o.count = max(o.count-1, 0)
+		return err
 	case err != nil:
-		if unknown {
-			o.count = max(o.count-1, 0)
-		}
-		// Unknown, or refused: a last hold is no longer renewed, and lapses with its lease.
+		// Refused: nothing ran, and the handle still holds the lock; a last hold is no
+		// longer renewed, and lapses with its lease unless Unlock is called again.
 		if last {
 			lease.Lapse()
 		}
@@ -428,8 +438,8 @@ func (l *Lock) Lost() <-chan struct{} { return l.o.lostCh() }
 // Redis, is still ahead by the monotonic clock, and no loss is known. Unlike Lost it is true
 // at the moment it is checked even if the process was paused, but it is no stronger than the
 // clocks: a fencing token is what makes a write after a lost lease harmless. After Unlock it
-// is false — except when the Unlock of a last hold failed (ErrOutcomeUnknown, or refused),
-// after which the hold may still be in Redis, and Valid says so until its lease runs out.
+// is false — unless Redis refused the Unlock of the last hold: the handle still holds the
+// lock then, until its lease runs out.
 func (l *Lock) Valid() bool { return l.o.valid() }
 
 // Deadline returns when the handle's hold expires unless renewed, as last confirmed by Redis

@@ -175,10 +175,13 @@ func TestUnlockWithEndedContextReleases(t *testing.T) {
 	})
 }
 
-// A final Unlock that fails (Redis unreachable through every repeat within the retry budget:
-// its outcome is unknown) leaves the lease neither renewed for ever nor forgotten: it lapses,
-// the lock expires with its lease, and Lost closes then. The hold counts as given up, so a
-// later Unlock (which first repeats the unknown one) has nothing to release.
+// A final Unlock that fails leaves the lock neither renewed for ever nor held by a handle
+// that thinks otherwise. Its outcome unknown (Redis unreachable through every repeat within
+// the retry budget), the hold counts as given up: Valid is false at once, nothing renews the
+// lock, which expires with its lease, and a later Unlock (which first repeats the unknown
+// one) has nothing to release. Refused (an error reply: nothing ran), the handle still holds
+// the lock, but its lease lapses: not renewed, Lost closes when it runs out, and the lock
+// expires.
 func TestFailedUnlockLapsesLease(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -188,26 +191,48 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 		// A short retry budget keeps the test fast: the repeats end while Redis is unreachable.
 		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout), WithRetryBudget(200*time.Millisecond))
 		admin := b.Client(t)
-		mu := c.Lock("unlock-fails")
-		if err := mu.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		proxy.Blackhole(true)
-		if err := mu.Unlock(ctx); err == nil {
-			t.Fatal("Unlock succeeded with Redis unreachable")
-		} else if !errors.Is(err, ErrOutcomeUnknown) {
-			t.Fatalf("Unlock with Redis unreachable: %v, want ErrOutcomeUnknown", err)
-		}
-		proxy.Blackhole(false)
-		select {
-		case <-mu.Lost():
-		case <-time.After(3 * timeout):
-			t.Fatal("Lost not closed after the failed release, although nothing renews the lock")
-		}
-		eventually(t, 2*timeout, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-fails") })
-		if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
-			t.Fatalf("Unlock after a failed one: %v, want ErrNotHeld (the hold was given up)", err)
-		}
+
+		t.Run("unknown", func(t *testing.T) {
+			mu := c.Lock("unlock-unknown")
+			must(t, mu.Lock(ctx))
+			proxy.Blackhole(true)
+			err := mu.Unlock(ctx)
+			proxy.Blackhole(false)
+			if !errors.Is(err, ErrOutcomeUnknown) {
+				t.Fatalf("Unlock with Redis unreachable: %v, want ErrOutcomeUnknown", err)
+			}
+			if mu.Valid() {
+				t.Fatal("Valid after an Unlock whose outcome is unknown: the hold was given up")
+			}
+			if _, ok := mu.Deadline(); ok {
+				t.Fatal("a deadline after the hold was given up")
+			}
+			eventually(t, 3*timeout, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-unknown") })
+			if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+				t.Fatalf("Unlock after a failed one: %v, want ErrNotHeld (the hold was given up)", err)
+			}
+		})
+		t.Run("refused", func(t *testing.T) {
+			mu := c.Lock("unlock-refused")
+			must(t, mu.Lock(ctx))
+			must(t, mu.Lock(ctx))
+			must(t, mu.Unlock(ctx)) // makes the handle's latch
+			// The latch turned into a hash: the release's first command fails, nothing runs.
+			must(t, admin.Do(ctx, admin.B().Del().Key(mu.o.latch).Build()).Error())
+			must(t, admin.Do(ctx, admin.B().Hset().Key(mu.o.latch).FieldValue().FieldValue("x", "1").Build()).Error())
+			if err := mu.Unlock(ctx); err == nil || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrNotHeld) {
+				t.Fatalf("Unlock refused by Redis: %v, want its error", err)
+			}
+			if !mu.Valid() {
+				t.Fatal("not Valid after a refused Unlock: the handle still holds the lock")
+			}
+			select {
+			case <-mu.Lost():
+			case <-time.After(3 * timeout):
+				t.Fatal("Lost not closed after the refused release, although nothing renews the lock")
+			}
+			eventually(t, 2*timeout, "the lapsed lock expires", func() bool { return !exists(t, admin, "unlock-refused") })
+		})
 	})
 }
 

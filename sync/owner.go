@@ -139,10 +139,10 @@ func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []
 	return msg, o.wrap(err)
 }
 
-// settle repeats a request whose outcome is unknown until Redis answers, so that no later
-// request runs while a late run of it could still act, and reports what the answer means.
-// Until it has an answer — a reply, not a refusal: a refused repeat did not run, and the
-// first run may still — the owner makes no other request. Caller holds op.
+// settle repeats a request whose outcome is unknown (retried within the budget and ctx) and
+// reports what its answer means. Until a repeat gets a reply — not a refusal: a refused
+// repeat did not run, and the first run may still — the owner makes no other request, so a
+// late run of it can never act on a hold taken since. Caller holds op.
 func (o *owner) settle(ctx context.Context) error {
 	r := o.unsettled
 	if r == nil {
@@ -249,6 +249,9 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 		hold = (*watchdog.Lease).Restart // a new hold: a given-up hold's deadline is not its own
 	}
 	if l == nil || !hold(l, sent, o.ttl(), keep) {
+		if o.count > 1 {
+			return o.lost("the lease was lost while re-entering") // a lost lease stays lost
+		}
 		l = o.c.wd.Start(o.kind, o.name, o.id, sent, o.ttl(), keep)
 		o.lease.Store(l)
 	}

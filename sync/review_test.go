@@ -488,3 +488,88 @@ func TestReviewL1ExecStopsRetryingWhenClosed(t *testing.T) {
 		}
 	})
 }
+
+// Second review, finding 1. An heir whose wait ends (its context) while a release is handing
+// it the lock, and that release's reply is lost, must not leave holding the lock without
+// knowing: its attempt adopts what the release wrote, whatever its context says, so its Lock
+// succeeds (granted as its context ended) and its Unlock frees the lock.
+func TestReviewHeirLeavingDuringUnknownHandoffAdopts(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "review-heir-leaves"
+		admin := b.Client(t)
+		raw := b.Client(t)
+		var aOwner atomic.Value
+		aOwner.Store("")
+		entered, gate := make(chan struct{}), make(chan struct{})
+		rdb := &hookedRDB{Client: raw, hook: func(ctx context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if !isReleaseOf(cmd, aOwner.Load().(string)) {
+				return rueidis.RedisResult{}, false
+			}
+			close(entered)
+			<-gate
+			raw.Do(ctx, cmd) // the release runs and hands the lock over; its reply is lost
+			return rueidis.NewErrorResult(io.ErrUnexpectedEOF), true
+		}}
+		c, err := New(rdb, WithRetryBudget(0))
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		warmScripts(t, ctx, c) // so that the held-back EVALSHA runs, not NOSCRIPT
+		a, h := c.Lock(name), c.Lock(name)
+		aOwner.Store(a.Owner())
+		must(t, a.Lock(ctx))
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		hdone := startLock(hctx, h)
+		settled(t, c, name, 1)
+
+		adone := make(chan error, 1)
+		go func() { adone <- a.Unlock(ctx) }()
+		<-entered                         // h is reserved, the release on its way
+		cancel()                          // the heir's wait ends meanwhile
+		time.Sleep(20 * time.Millisecond) // let h see its context end first (either order must adopt)
+		close(gate)
+		if err := <-adone; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("a.Unlock with its reply lost and no repeats: %v, want ErrOutcomeUnknown", err)
+		}
+		select {
+		case err := <-hdone:
+			if err != nil {
+				t.Fatalf("h.Lock: %v; want it to hold the lock the release handed it (adopted)", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("h.Lock did not return")
+		}
+		if n := hget(t, ctx, admin, name, h.Owner()); n != 1 || !h.Valid() {
+			t.Fatalf("h's hold count %d, Valid %v; want 1, true", n, h.Valid())
+		}
+		must(t, h.Unlock(ctx))
+		if exists(t, admin, name) {
+			t.Fatal("lock alive after h's Unlock")
+		}
+	})
+}
+
+// Second review, finding 3. A lease the watchdog loses while a re-entry's script is on its
+// way stays lost: the re-entry fails with ErrLockLost instead of starting a fresh lease
+// under the old count.
+func TestReviewReentryLosingLeaseInFlightIsLost(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		l := c.Lock("review-reentry-lost")
+		must(t, l.Lock(ctx))
+		lost := l.Lost()
+		c.afterAcquire = func() { l.o.lease.Load().Lose("test: lost while the re-entry was on its way") }
+		err := l.Lock(ctx)
+		c.afterAcquire = nil
+		if !errors.Is(err, ErrLockLost) {
+			t.Fatalf("re-entry whose lease was lost on the way: %v, want ErrLockLost", err)
+		}
+		if !isClosed(lost) || !isClosed(l.Lost()) || l.Valid() {
+			t.Fatalf("Lost closed %v (current %v), Valid %v; want closed, closed, false", isClosed(lost), isClosed(l.Lost()), l.Valid())
+		}
+	})
+}

@@ -105,12 +105,12 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 && attempted {
-				return h.leave(nil)
+				return h.leave(ctx, nil)
 			}
 			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
-		woken, decided := false, false
+		woken, decided, adopt := false, false, false
 		select {
 		case <-sub.C():
 			woken = true
@@ -119,30 +119,37 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			if v.handed {
 				return h.took(v)
 			}
-			decided = true // not handed over: the heir attempts itself
+			decided, adopt = true, v.unknown // not handed over: the heir attempts itself
 		case <-ctx.Done():
-			return h.leave(ctx.Err())
+			return h.leave(ctx, ctx.Err())
 		case <-c.closed:
-			return h.leave(ErrClosed)
+			return h.leave(ctx, ErrClosed)
 		case <-c.mux.Done():
-			return h.leave(c.waitEnded(c.mux.Err()))
+			return h.leave(ctx, c.waitEnded(c.mux.Err()))
 		}
 		if h != nil && !decided && !h.state.CompareAndSwap(heirParked, heirBusy) {
 			// A release is handing the lock over: its reply decides.
-			if v := <-h.verdict; v.handed {
+			v := <-h.verdict
+			if v.handed {
 				if woken {
 					sub.Requeue() // the wake-up was for someone else
 				}
 				return h.took(v)
 			}
-			decided = true
+			decided, adopt = true, v.unknown
 		}
 		if decided {
 			h.state.Store(heirBusy)
 		}
+		actx := ctx
+		if adopt {
+			// The release may have handed the lock over: this attempt must run, whatever ctx
+			// says, and take over what it wrote.
+			actx = context.WithoutCancel(ctx)
+		}
 		var ok bool
 		var err error
-		ttl, ok, err = w.attempt.attempt(ctx)
+		ttl, ok, err = w.attempt.attempt(actx)
 		attempted = true
 		if err != nil && woken {
 			// The wake-up may have been the only one a release sent this Client: it goes to
@@ -198,6 +205,7 @@ type heir struct {
 	o       *owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
+	attempt attempter // the acquisition's own attempt
 	// state is heirParked while the heir waits and nobody acts for it; a releaser moves it
 	// to heirReserved, the heir itself to every other state.
 	state   atomic.Int32
@@ -205,10 +213,11 @@ type heir struct {
 }
 
 // A verdict is what a release that reserved the heir did: handed it the lock (recorded as the
-// heir's hold, or lost already: err), or not, and the heir must attempt itself.
+// heir's hold, or lost already: err), or not — or maybe (unknown) — and the heir must attempt
+// itself.
 type verdict struct {
-	handed bool
-	err    error
+	handed, unknown bool
+	err             error
 }
 
 const (
@@ -274,7 +283,7 @@ func (q *heirs) reserve(name string) *heir {
 // hand-off in a row; or, with its outcome unknown, maybe — gives h's owner back its op and
 // tells h.
 func (h *heir) decide(handed, unknown bool, sent time.Time, run int) {
-	v := verdict{handed: handed}
+	v := verdict{handed: handed, unknown: unknown}
 	if handed {
 		v.err = h.o.took(sent, h.lease, run)
 	} else if unknown {
@@ -284,22 +293,37 @@ func (h *heir) decide(handed, unknown bool, sent time.Time, run int) {
 	h.verdict <- v
 }
 
-// took ends the wait of an heir handed the lock.
+// took ends the wait of an heir handed the lock. The hold's lease was checked when the
+// releaser recorded it; it is checked again here, in the heir's goroutine, which may run
+// much later (the process paused).
 func (h *heir) took(v verdict) (bool, error) {
 	h.state.Store(heirGone)
+	if v.err == nil && !h.o.valid() {
+		_ = h.o.lock(context.Background())
+		v.err = h.o.lost("the lease ran out before the hand-off was taken")
+		h.o.unlock()
+	}
 	return v.err == nil, v.err
 }
 
 // leave ends the wait with err — unless a release is handing the lock over meanwhile: then
-// its verdict decides. h may be nil.
-func (h *heir) leave(err error) (bool, error) {
+// its verdict decides, and when its outcome is unknown, one last attempt (whatever ctx says,
+// within the retry budget) takes over whatever the release wrote, so that the heir never
+// leaves holding the lock without knowing. h may be nil.
+func (h *heir) leave(ctx context.Context, err error) (bool, error) {
 	if h == nil || h.state.CompareAndSwap(heirParked, heirGone) {
 		return false, err
 	}
-	if v := <-h.verdict; v.handed {
+	v := <-h.verdict
+	if v.handed {
 		return h.took(v)
 	}
 	h.state.Store(heirGone)
+	if v.unknown {
+		if _, ok, aerr := h.attempt.attempt(context.WithoutCancel(ctx)); ok || aerr != nil {
+			return ok, aerr
+		}
+	}
 	return false, err
 }
 

@@ -339,7 +339,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if lostBefore {
 		// Released, but the lease had been lost before: the critical section was not
 		// covered throughout, even though the field was back.
-		return fmt.Errorf("%w: %w: %q, owner %s: the lease was lost before the release", ErrLockLost, ErrNotHeld, o.name, o.id)
+		return o.lostErr("the lease was lost before the release")
 	}
 	return nil
 }

@@ -268,6 +268,11 @@ func (o *owner) lost(reason string) error {
 	if l := o.lease.Load(); l != nil {
 		l.Lose(reason)
 	}
+	return o.lostErr(reason)
+}
+
+// lostErr is the error of a hold found lost.
+func (o *owner) lostErr(reason string) error {
 	return fmt.Errorf("%w: %w: %q, owner %s: %s", ErrLockLost, ErrNotHeld, o.name, o.id, reason)
 }
 

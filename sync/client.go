@@ -254,6 +254,16 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// sawClosing reports whether err says the rueidis client is closed, and if so wakes every
+// waiter to re-check now and find it closed: no message will tell them.
+func (c *Client) sawClosing(err error) bool {
+	if !errors.Is(err, rueidis.ErrClosing) {
+		return false
+	}
+	c.mux.WakeAll()
+	return true
+}
+
 func (c *Client) isClosed() bool {
 	select {
 	case <-c.closed:
@@ -297,9 +307,7 @@ func (c *Client) renewLocks(ctx context.Context, lease time.Duration, batches []
 		}
 		vals, err := resps[i].AsIntSlice()
 		if err != nil {
-			if errors.Is(err, rueidis.ErrClosing) {
-				c.mux.WakeAll() // waiters re-check now, and find the client closed
-			}
+			c.sawClosing(err)
 			out[i].Err = err
 			continue
 		}

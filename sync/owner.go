@@ -150,7 +150,7 @@ func (o *owner) settle(ctx context.Context) error {
 	}
 	msg, err := o.c.exec(ctx, r.script, r.keys, r.args)
 	if err != nil {
-		return fmt.Errorf("dsync: %q: an earlier release is still unsettled: %w", o.name, o.wrap(err))
+		return fmt.Errorf("%w (an earlier release of the handle is still unsettled)", o.wrap(err))
 	}
 	o.unsettled = nil
 	if r.settled == nil {
@@ -180,11 +180,8 @@ func (c *Client) exec(ctx context.Context, s *rueidis.Lua, keys, args []string) 
 			return msg, nil
 		}
 		rerr, isRedis := rueidis.IsRedisErr(err)
-		closing := errors.Is(err, rueidis.ErrClosing) // the client is closed: nothing was sent
+		closing := c.sawClosing(err) // the client is closed: nothing was sent
 		unknown = unknown || (!isRedis && !closing)
-		if closing {
-			c.mux.WakeAll() // waiters re-check now, and find the client closed
-		}
 		if (isRedis && !notRun(rerr)) || closing || time.Since(start)+backoff > c.budget || ctx.Err() != nil || c.isClosed() {
 			if unknown {
 				return msg, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)

@@ -110,16 +110,14 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
-		woken, decided, adopt := false, false, false
+		woken := false
+		var v *verdict // what a release that reserved the heir did
 		select {
 		case <-sub.C():
 			woken = true
 		case <-timer.C:
-		case v := <-verdicts:
-			if v.handed {
-				return h.took(v)
-			}
-			decided, adopt = true, v.unknown // not handed over: the heir attempts itself
+		case got := <-verdicts:
+			v = &got
 		case <-ctx.Done():
 			return h.leave(ctx, ctx.Err())
 		case <-c.closed:
@@ -127,25 +125,24 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		case <-c.mux.Done():
 			return h.leave(ctx, c.waitEnded(c.mux.Err()))
 		}
-		if h != nil && !decided && !h.state.CompareAndSwap(heirParked, heirBusy) {
-			// A release is handing the lock over: its reply decides.
-			v := <-h.verdict
+		if h != nil && v == nil && !h.state.CompareAndSwap(heirParked, heirBusy) {
+			got := <-h.verdict // a release is handing the lock over: its reply decides
+			v = &got
+		}
+		actx := ctx
+		if v != nil {
 			if v.handed {
 				if woken {
 					sub.Requeue() // the wake-up was for someone else
 				}
-				return h.took(v)
+				return h.took(*v)
 			}
-			decided, adopt = true, v.unknown
-		}
-		if decided {
+			// Not handed over: the heir attempts itself. If the release may have handed the
+			// lock over, this attempt must run whatever ctx says, and take over what it wrote.
 			h.state.Store(heirBusy)
-		}
-		actx := ctx
-		if adopt {
-			// The release may have handed the lock over: this attempt must run, whatever ctx
-			// says, and take over what it wrote.
-			actx = context.WithoutCancel(ctx)
+			if v.unknown {
+				actx = context.WithoutCancel(ctx)
+			}
 		}
 		var ok bool
 		var err error

@@ -35,11 +35,11 @@ type options struct {
 	redis        string
 	dur          time.Duration
 	out          string
-	workers      []int
+	contended    []scenario
 	parallel     int
 	scaleWaiters int
 	scaleLocks   int
-	only         string
+	only         []string
 	cmdstats     bool
 	rounds       int
 	pin          bool
@@ -49,15 +49,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	var workers string
+	var workers, only string
 	fs.StringVar(&o.redis, "redis", "", "Redis address `host:port`; empty starts a redis-server on a free loopback port")
 	fs.DurationVar(&o.dur, "dur", 5*time.Second, "duration of each timed scenario, per contender")
 	fs.StringVar(&o.out, "out", "", "repository `dir` to write docs/benchmarks.md and the charts into")
-	fs.StringVar(&workers, "workers", "8,64", "comma-separated worker counts of the contended scenario")
+	fs.StringVar(&workers, "workers", "8,64,64/8,64/64", "comma-separated contended scenarios: `W` workers on one client, or W/C: W workers spread over C clients")
 	fs.IntVar(&o.parallel, "parallel", 64, "goroutines (each on its own key) of the parallel scenario")
 	fs.IntVar(&o.scaleWaiters, "scale-waiters", 10000, "waiters of the waiters-at-scale scenario")
 	fs.IntVar(&o.scaleLocks, "scale-locks", 1000, "locks of the waiters-at-scale scenario")
-	fs.StringVar(&o.only, "only", "", "run only the contenders whose name contains this (profiling)")
+	fs.StringVar(&only, "only", "", "run only the contenders whose name contains one of these comma-separated `words` (profiling, short runs)")
 	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel and contended run (profiling; use with -only)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each scenario's time is split into, the contenders taking turns, so drift in the machine's speed hits all alike")
 	fs.BoolVar(&o.pin, "pin", true, "run the latency scenarios (floor, solo) with this process and the redis-server it started on one CPU (Linux)")
@@ -74,13 +74,67 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-parallel, -scale-waiters, -scale-locks and -rounds must be > 0")
 	}
 	for _, f := range strings.Split(workers, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 2 {
-			return o, fmt.Errorf("-workers: %q is not a count >= 2", f)
+		sc, err := parseScenario(strings.TrimSpace(f))
+		if err != nil {
+			return o, fmt.Errorf("-workers: %w", err)
 		}
-		o.workers = append(o.workers, n)
+		o.contended = append(o.contended, sc)
+	}
+	if only != "" {
+		o.only = strings.Split(only, ",")
 	}
 	return o, nil
+}
+
+// scenario is one contended setup: workers looping on one key, spread over clients sessions
+// of the library, as over that many instances of a service.
+type scenario struct{ workers, clients int }
+
+// parseScenario reads W (one client) or W/C.
+func parseScenario(f string) (scenario, error) {
+	w, c, spread := strings.Cut(f, "/")
+	sc := scenario{clients: 1}
+	var err error
+	if sc.workers, err = strconv.Atoi(w); err != nil || sc.workers < 2 {
+		return sc, fmt.Errorf("%q: %q is not a worker count >= 2", f, w)
+	}
+	if spread {
+		if sc.clients, err = strconv.Atoi(c); err != nil || sc.clients < 1 || sc.clients > sc.workers {
+			return sc, fmt.Errorf("%q: %q is not a client count from 1 to %d", f, c, sc.workers)
+		}
+	}
+	return sc, nil
+}
+
+func (sc scenario) String() string {
+	if sc.clients == 1 {
+		return fmt.Sprintf("W=%d", sc.workers)
+	}
+	return fmt.Sprintf("W=%d over %d clients", sc.workers, sc.clients)
+}
+
+// describe says in words how the workers are spread.
+func (sc scenario) describe() string {
+	switch {
+	case sc.clients == 1:
+		return fmt.Sprintf("%d workers on one client", sc.workers)
+	case sc.workers%sc.clients == 0:
+		return fmt.Sprintf("%d workers over %d clients, %d on each", sc.workers, sc.clients, sc.workers/sc.clients)
+	}
+	return fmt.Sprintf("%d workers spread over %d clients", sc.workers, sc.clients)
+}
+
+// runs tells whether the contender named name is to run: -only names none, or part of it.
+func (o options) runs(name string) bool {
+	if len(o.only) == 0 {
+		return true
+	}
+	for _, w := range o.only {
+		if w = strings.TrimSpace(w); w != "" && strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // results are one run's figures.
@@ -193,7 +247,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("floor: %w", err)
 	}
 	for _, c := range contenders() {
-		if o.only != "" && !strings.Contains(c.name, o.only) {
+		if !o.runs(c.name) {
 			continue
 		}
 		r := row{c: c, key: "bench:" + strings.ReplaceAll(c.name, " ", "-")}
@@ -209,7 +263,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, r := range res.rows {
 		for _, cr := range r.contended {
 			if cr.overlaps > 0 {
-				overlaps = append(overlaps, fmt.Sprintf("%s: %d overlaps with %d workers", r.c.name, cr.overlaps, cr.workers))
+				overlaps = append(overlaps, fmt.Sprintf("%s: %d overlaps at %v", r.c.name, cr.overlaps, cr.scenario))
 			}
 		}
 	}
@@ -275,24 +329,57 @@ func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdou
 		}
 		return err
 	})
-	for i, w := range o.workers {
-		turn(fmt.Sprintf("contended W=%d", w), func(r *row) error {
+	for i, sc := range o.contended {
+		turn("contended "+sc.String(), func(r *row) error {
 			if len(r.contended) <= i {
 				r.contended = append(r.contended, contendedResult{})
 			}
-			stats := o.cmdstats && resetStats(ctx, srv) == nil
-			cr, err := contended(ctx, srv, r.s, r.key+":contended:"+strconv.Itoa(w), w, slice)
+			ss, closeAll, err := r.sessions(ctx, srv.addr, sc)
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			cr, err := contended(ctx, srv, ss, fmt.Sprintf("%s:contended:%d/%d", r.key, sc.workers, sc.clients), sc, slice)
 			if err != nil {
 				return err
 			}
 			r.contended[i].add(cr)
-			if stats {
-				printStats(ctx, srv, stdout, fmt.Sprintf("%s W=%d, %d acquisitions; calls per acquisition", r.c.name, w, cr.acquisitions),
+			if o.cmdstats { // contended reset the stats as it started
+				printStats(ctx, srv, stdout, fmt.Sprintf("%s %v, %d acquisitions; calls per acquisition", r.c.name, sc, cr.acquisitions),
 					cr.acquisitions, callsPer)
 			}
 			return nil
 		})
 	}
+}
+
+// sessions returns the sessions sc spreads its workers over. One client is the row's own
+// session, as in a single service instance. More are opened here, one per client as each
+// instance of a service has its own, and each is warmed up with as many lock cycles at once
+// as it will have workers, so that the timed window holds no dialling of connections; they
+// are closed by closeAll.
+func (r *row) sessions(ctx context.Context, addr string, sc scenario) (ss []session, closeAll func(), err error) {
+	if sc.clients == 1 {
+		return []session{r.s}, func() {}, nil
+	}
+	closeAll = func() {
+		for _, s := range ss {
+			s.close()
+		}
+	}
+	perClient := (sc.workers + sc.clients - 1) / sc.clients
+	for i := range sc.clients {
+		s, err := r.c.open(addr)
+		if err == nil {
+			ss = append(ss, s)
+			_, _, err = parallel(ctx, s, fmt.Sprintf("%s:warm:%d:", r.key, i), perClient, 0)
+		}
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("client %d of %d: %w", i+1, sc.clients, err)
+		}
+	}
+	return ss, closeAll, nil
 }
 
 // latencyPinning returns what pins the latency scenarios to one CPU (see pinOneCPU), and
@@ -329,8 +416,13 @@ func resetStats(ctx context.Context, srv *server) error {
 	return srv.admin.Do(ctx, srv.admin.B().ConfigResetstat().Build()).Error()
 }
 
+// readStats returns INFO commandstats.
+func readStats(ctx context.Context, srv *server) (string, error) {
+	return srv.admin.Do(ctx, srv.admin.B().Info().Section("commandstats").Build()).ToString()
+}
+
 func printStats(ctx context.Context, srv *server, w io.Writer, what string, n int64, summarise func(string, int64) string) {
-	stats, err := srv.admin.Do(ctx, srv.admin.B().Info().Section("commandstats").Build()).ToString()
+	stats, err := readStats(ctx, srv)
 	if err != nil {
 		fmt.Fprintf(w, "  %s: %v\n", what, err)
 		return

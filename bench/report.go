@@ -140,21 +140,28 @@ func markdown(res *results) string {
 		durCol("client CPU/cycle", func(r row) (time.Duration, bool) { return r.parCPU.clientPer() }),
 		durCol("Redis CPU/cycle", func(r row) (time.Duration, bool) { return r.parCPU.serverPer() }),
 	})
-	for i, w := range o.workers {
+	fmt.Fprintf(&b, "\n**Contended** — W workers on one key, each looping request → hold %v → release → %v idle. "+
+		"On one client, all workers of a library take their locks through one session of it (latchkey: one rueidis client and one dsync.Client; "+
+		"a peer: its own client), as in one instance of a service; over C clients, each group of W/C workers has a session of its own, "+
+		"as instances of a service have, opened and warmed up before the timed window and closed after it. "+
+		"Hand-off: one worker's release to another's acquisition (every library's acquisition, latchkey's heir of a local hand-off included, "+
+		"is recorded in Redis when it returns). "+
+		"Wait: request to acquisition. "+
+		"Fairness: Jain's index over per-worker acquisitions (1 = equal). CPU/acq: Redis server CPU per acquisition. "+
+		"Cmds/acq: commands Redis ran per acquisition, from INFO commandstats reset as the run starts — every call counts, "+
+		"a script (EVALSHA, EVAL) and each command it runs alike, so retries of a thundering herd show; "+
+		"HELLO, CLIENT, PING, the SUBSCRIBE and UNSUBSCRIBE kinds, INFO and CONFIG are left out (connection upkeep and this benchmark's readings). "+
+		"Hold mean: how long holds lasted (the holder blocks its thread in nanosleep(2) on Linux: "+
+		"a time.Sleep lasts longer the more network events the library has during it, which would blur the comparison).\n",
+		holdTime, idleTime)
+	for i, sc := range o.contended {
 		at := func(r row) (contendedResult, bool) {
 			if i < len(r.contended) {
 				return r.contended[i], true
 			}
 			return contendedResult{}, false
 		}
-		fmt.Fprintf(&b, "\n**Contended, W=%d** — %d workers on one key, each looping request → hold %v → release → %v idle. "+
-			"Hand-off: one worker's release to another's acquisition (every library's acquisition, latchkey's heir of a local hand-off included, "+
-			"is recorded in Redis when it returns). "+
-			"Wait: request to acquisition. "+
-			"Fairness: Jain's index over per-worker acquisitions (1 = equal). CPU: Redis server CPU per acquisition. "+
-			"Hold mean: how long holds lasted (the holder blocks its thread in nanosleep(2) on Linux: "+
-			"a time.Sleep lasts longer the more network events the library has during it, which would blur the comparison).\n\n",
-			w, w, holdTime, idleTime)
+		fmt.Fprintf(&b, "\n**Contended, %v** — %s.\n\n", sc, sc.describe())
 		table(&b, res.rows, []column{
 			{head: "acq/s", higher: true, ratio: true,
 				get:  func(r row) (float64, bool) { c, ok := at(r); return c.perSec, ok },
@@ -168,6 +175,9 @@ func markdown(res *results) string {
 				get:  func(r row) (float64, bool) { c, ok := at(r); return c.fairness, ok },
 				show: func(v float64) string { return fmt.Sprintf("%.3f", v) }},
 			durCol("CPU/acq", func(r row) (time.Duration, bool) { c, ok := at(r); return c.cpuPerAcq, ok }),
+			{head: "cmds/acq", ratio: true,
+				get:  func(r row) (float64, bool) { c, ok := at(r); return c.cmdsPerAcq, ok && c.cmdsPerAcq > 0 },
+				show: func(v float64) string { return fmt.Sprintf("%.2f", v) }},
 			{head: "hold mean",
 				get:  func(r row) (float64, bool) { c, ok := at(r); return float64(c.hold.mean()), ok && len(c.hold) > 0 },
 				show: func(v float64) string { return fmtDur(time.Duration(v)) }},
@@ -204,18 +214,18 @@ func writeOut(repo string, res *results, report string) error {
 		"\nPeers: redsync v4.17.0 (go-redis v9, pool of " + fmt.Sprint(goRedisPoolSize) + ", unlimited tries, default 50–250 ms retry delay); " +
 		"bsm/redislock v0.10.0 (linear backoff 10 ms and 100 ms); rueidislock (KeyMajority 1, NoLoopTracking); naive " +
 		"(SET NX PX + compare-and-delete script, retry every 50 ms). Each worker has its own lock object; each library " +
-		"one client per run.\n"
+		"one client per run, and in the contended scenarios over C clients one per group of workers.\n"
 	return os.WriteFile(filepath.Join(docs, "benchmarks.md"), []byte(page), 0o644)
 }
 
-// barChart draws one bar group per worker count, one bar per library that ran.
+// barChart draws one bar group per library that ran, one bar per contended scenario.
 func barChart(res *results, path, title string, value func(contendedResult) float64) error {
 	p := plot.New()
 	p.Title.Text = title
 	var names []string
 	var ran []row
 	for _, r := range res.rows {
-		if r.c.open != nil && r.err == nil && len(r.contended) == len(res.opts.workers) {
+		if r.c.open != nil && r.err == nil && len(r.contended) == len(res.opts.contended) {
 			names = append(names, r.c.name)
 			ran = append(ran, r)
 		}
@@ -223,13 +233,13 @@ func barChart(res *results, path, title string, value func(contendedResult) floa
 	if len(ran) == 0 {
 		return nil
 	}
-	width := vg.Points(float64(60) / float64(len(res.opts.workers)))
+	width := vg.Points(float64(60) / float64(len(res.opts.contended)))
 	var top float64
 	palette := []color.Color{
 		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 	}
-	for i, w := range res.opts.workers {
+	for i, sc := range res.opts.contended {
 		vals := make(plotter.Values, len(ran))
 		for j, r := range ran {
 			vals[j] = value(r.contended[i])
@@ -241,9 +251,9 @@ func barChart(res *results, path, title string, value func(contendedResult) floa
 		}
 		bars.Color = palette[i%len(palette)]
 		bars.LineStyle.Width = 0
-		bars.Offset = width * vg.Length(float64(i)-float64(len(res.opts.workers)-1)/2)
+		bars.Offset = width * vg.Length(float64(i)-float64(len(res.opts.contended)-1)/2)
 		p.Add(bars)
-		p.Legend.Add(fmt.Sprintf("W=%d", w), bars)
+		p.Legend.Add(sc.String(), bars)
 	}
 	p.Legend.Top = true
 	p.Y.Min, p.Y.Max = 0, top*1.15 // headroom, so the legend never covers a bar

@@ -94,7 +94,8 @@ func solo(ctx context.Context, s session, key string, dur time.Duration) (durati
 }
 
 // parallel runs lock+unlock from n goroutines, each on its own key, and returns the cycles
-// completed and the time they took.
+// completed and the time they took. Each goroutine completes at least one cycle, so with dur
+// 0 it warms a fresh session up: n cycles at once dial what n workers will need.
 func parallel(ctx context.Context, s session, prefix string, n int, dur time.Duration) (int64, time.Duration, error) {
 	var total atomic.Int64
 	errs := make(chan error, n)
@@ -104,7 +105,7 @@ func parallel(ctx context.Context, s session, prefix string, n int, dur time.Dur
 	for i := range n {
 		wg.Go(func() {
 			m := s.mutex(prefix + strconv.Itoa(i))
-			for time.Now().Before(stop) {
+			for first := true; first || time.Now().Before(stop); first = false {
 				if err := m.lock(ctx); err != nil {
 					errs <- err
 					return
@@ -128,7 +129,7 @@ func parallel(ctx context.Context, s session, prefix string, n int, dur time.Dur
 
 // contendedResult is what W workers looping on one lock achieved.
 type contendedResult struct {
-	workers      int
+	scenario
 	acquisitions int64
 	perSec       float64
 	handoff      durations // release by one worker → acquisition by a different one
@@ -136,16 +137,20 @@ type contendedResult struct {
 	hold         durations // how long each hold lasted (holdTime asked)
 	fairness     float64
 	cpuPerAcq    time.Duration
+	cmdsPerAcq   float64 // Redis commands per acquisition (see countedCalls); 0 when unknown
 	overlaps     int64
 
 	counts  []int64 // acquisitions per worker
 	cpu     time.Duration
 	elapsed time.Duration
+	// cmds are the commands counted over the runs whose INFO commandstats could be read,
+	// cmdsAcq the acquisitions of those runs.
+	cmds, cmdsAcq int64
 }
 
 // add merges another run of the same scenario into r.
 func (r *contendedResult) add(o contendedResult) {
-	r.workers = o.workers
+	r.scenario = o.scenario
 	r.acquisitions += o.acquisitions
 	r.handoff = append(r.handoff, o.handoff...)
 	r.wait = append(r.wait, o.wait...)
@@ -153,16 +158,26 @@ func (r *contendedResult) add(o contendedResult) {
 	r.overlaps += o.overlaps
 	r.cpu += o.cpu
 	r.elapsed += o.elapsed
+	r.cmds += o.cmds
+	r.cmdsAcq += o.cmdsAcq
 	if r.counts == nil {
 		r.counts = make([]int64, len(o.counts))
 	}
 	for i, c := range o.counts {
 		r.counts[i] += c
 	}
+	r.derive()
+}
+
+// derive computes the rates and ratios from the totals.
+func (r *contendedResult) derive() {
 	r.perSec = float64(r.acquisitions) / r.elapsed.Seconds()
 	r.fairness = jain(r.counts)
 	if r.acquisitions > 0 {
 		r.cpuPerAcq = r.cpu / time.Duration(r.acquisitions)
+	}
+	if r.cmdsAcq > 0 {
+		r.cmdsPerAcq = float64(r.cmds) / float64(r.cmdsAcq)
 	}
 }
 
@@ -173,16 +188,20 @@ const (
 	idleTime = time.Millisecond
 )
 
-// contended runs w workers on one key for dur. Two workers inside at once is an overlap: a
-// broken lock, which the caller reports loudly.
-func contended(ctx context.Context, srv *server, s session, key string, w int, dur time.Duration) (contendedResult, error) {
-	r := contendedResult{workers: w}
+// contended runs sc.workers workers on one key for dur, worker i on session i mod len(ss).
+// Two workers inside at once is an overlap: a broken lock, which the caller reports loudly.
+// It resets Redis's command statistics as it starts, and counts the commands of the run
+// from them (where the server allows CONFIG RESETSTAT).
+func contended(ctx context.Context, srv *server, ss []session, key string, sc scenario, dur time.Duration) (contendedResult, error) {
+	w := sc.workers
+	r := contendedResult{scenario: sc}
 	var (
 		inside      atomic.Int32
 		overlaps    atomic.Int64
 		lastHolder  atomic.Int32 // worker id + 1 of the last holder
 		lastRelease atomic.Int64 // ns since start when the last holder began its release
 	)
+	stats := resetStats(ctx, srv) == nil
 	start := time.Now()
 	stopAt := start.Add(dur)
 	// Waiters still blocked at the end are cut off, so the run ends on time.
@@ -200,7 +219,7 @@ func contended(ctx context.Context, srv *server, s session, key string, w int, d
 	var wg gosync.WaitGroup
 	for id := range w {
 		wg.Go(func() {
-			m := s.mutex(key)
+			m := ss[id%len(ss)].mutex(key)
 			for time.Now().Before(stopAt) {
 				req := time.Now()
 				if err := m.lock(runCtx); err != nil {
@@ -249,12 +268,13 @@ func contended(ctx context.Context, srv *server, s session, key string, w int, d
 		r.hold = append(r.hold, holds[id]...)
 	}
 	r.counts, r.cpu, r.elapsed = counts, cpu1-cpu0, elapsed
-	r.perSec = float64(r.acquisitions) / elapsed.Seconds()
-	r.fairness = jain(counts)
 	r.overlaps = overlaps.Load()
-	if r.acquisitions > 0 {
-		r.cpuPerAcq = r.cpu / time.Duration(r.acquisitions)
+	if stats {
+		if info, err := readStats(ctx, srv); err == nil {
+			r.cmds, r.cmdsAcq = countedCalls(info), r.acquisitions
+		}
 	}
+	r.derive()
 	return r, nil
 }
 

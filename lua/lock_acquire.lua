@@ -5,28 +5,18 @@
 -- field is gone (deleted, expired: nothing changes); otherwise the holder's PTTL (-1 when the
 -- key has no expiry).
 --
--- The count is set to one above what the owner knows, not incremented, so a repeat of a
--- request whose reply was lost sets the same count, and a hold the owner never learned of is
--- adopted. A lease only grows: the TTL becomes the larger of what is left and the lease, so
--- no run of this script, late or repeated, cuts a hold short. (Redisson resets the TTL to the
--- lease on re-entry; only this owner's holds see the difference.)
-local holds = tonumber(ARGV[3])
-if redis.call('exists', KEYS[1]) == 0 then
-    if holds > 0 then
-        return -3
-    end
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
+-- The count is set to one above what the owner knows (see reenter). (Redisson increments it,
+-- and resets the TTL to the lease on re-entry; only this owner's holds see the difference.)
+local lease = tonumber(ARGV[1])
+local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), lease)
+if r == -3 then
+    return -3
+elseif r then
     return nil
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    if holds > 0 then
-        return -3
-    end
-    return redis.call('pttl', KEYS[1])
+if redis.call('exists', KEYS[1]) == 0 then
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], lease)
+    return nil
 end
-redis.call('hset', KEYS[1], ARGV[2], holds + 1)
-if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-    redis.call('pexpire', KEYS[1], ARGV[1])
-end
-return nil
+return redis.call('pttl', KEYS[1])

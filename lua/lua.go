@@ -14,6 +14,8 @@ import (
 )
 
 var (
+	//go:embed lib.lua
+	lib string
 	//go:embed lock_acquire.lua
 	lockAcquire string
 	//go:embed lock_release.lua
@@ -22,6 +24,14 @@ var (
 	lockForceRelease string
 	//go:embed lock_renew.lua
 	lockRenew string
+	//go:embed fair_acquire.lua
+	fairAcquire string
+	//go:embed fair_release.lua
+	fairRelease string
+	//go:embed fair_force_release.lua
+	fairForceRelease string
+	//go:embed fair_leave.lua
+	fairLeave string
 )
 
 var (
@@ -29,7 +39,7 @@ var (
 	// holdsKnown]; the count becomes holdsKnown+1 and the TTL at least leaseMs. It replies
 	// nil when acquired, -3 when holdsKnown > 0 but the owner's field is gone (nothing
 	// changes), or the holder's PTTL.
-	LockAcquire = rueidis.NewLuaScript(lockAcquire)
+	LockAcquire = rueidis.NewLuaScript(lib + lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
 	// lock is freed: KEYS [lock, channel, owner's latch], ARGV [message, leaseMs, owner,
@@ -38,7 +48,7 @@ var (
 	// held), 0 (still held), 1 (freed) or 2 (handed to the heir, who holds it once with its
 	// lease; no message). The latch keeps the owner's highest request number: a repeat of a
 	// request replies what the first run did, and an older one arriving late changes nothing.
-	LockRelease = rueidis.NewLuaScript(lockRelease)
+	LockRelease = rueidis.NewLuaScript(lib + lockRelease)
 
 	// LockForceRelease deletes a lock whoever holds it and publishes the unlock message:
 	// KEYS [lock, channel], ARGV [message, publishCmd]. It replies 1 if a lock was deleted.
@@ -50,4 +60,26 @@ var (
 	// which for a SHA script first loads it on every node — a round trip per round, and a
 	// failed round whenever any node is unreachable.
 	LockRenew = rueidis.NewLuaScriptNoSha(lockRenew)
+
+	// FairAcquire takes or re-enters a fair lock, or keeps the caller's place in its queue:
+	// KEYS [lock, queue, deadlines], ARGV [leaseMs, owner, holdsKnown, waitMs, nowMs, queue
+	// (1/0)]. It replies as LockAcquire, except that a waiter gets the ms until the lock may
+	// come to it with no message. A queued waiter's deadline is refreshed by every attempt.
+	FairAcquire = rueidis.NewLuaScript(lib + fairAcquire)
+
+	// FairRelease drops one hold of a fair lock and, when it frees the lock, tells the head
+	// waiter on its own channel: KEYS [lock, queue, deadlines, channel, owner's latch], ARGV
+	// [message, leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, nowMs]. It
+	// replies nil (not held), 0 (still held) or 1 (freed), numbered as LockRelease.
+	FairRelease = rueidis.NewLuaScript(lib + fairRelease)
+
+	// FairForceRelease deletes a fair lock whoever holds it and tells the head waiter: KEYS
+	// [lock, queue, deadlines, channel], ARGV [message, publishCmd, nowMs]. It replies 1 if a
+	// lock was deleted.
+	FairForceRelease = rueidis.NewLuaScript(lib + fairForceRelease)
+
+	// FairLeave takes a waiter out of a fair lock's queue, moving the waiters behind it up:
+	// KEYS [lock, queue, deadlines, channel], ARGV [owner, waitMs, publishCmd, message]. It
+	// replies 1 if the owner had a place.
+	FairLeave = rueidis.NewLuaScript(lib + fairLeave)
 )

@@ -56,6 +56,7 @@ type config struct {
 	mode            PubSubMode
 	maxHandoff      int
 	retryBudget     time.Duration
+	fairWait        time.Duration // 0: the watchdog timeout
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog
@@ -128,6 +129,22 @@ func WithRetryBudget(budget time.Duration) Option {
 	}
 }
 
+// WithFairLockWaitTimeout sets how long a fair lock waiter's place in the queue outlives
+// its last attempt (Redisson's fairLockWaitTimeout): a waiter attempts again at least every
+// third of it, and a place whose waiter stopped lapses when it reaches the head and its time
+// is up. Default: the watchdog timeout. Processes sharing a fair lock should all use the
+// same value (Redisson's default is 5 minutes; see docs/redisson-interop.md). It must be at
+// least 3 ms and is truncated to whole milliseconds.
+func WithFairLockWaitTimeout(wait time.Duration) Option {
+	return func(c *config) error {
+		if wait < 3*time.Millisecond {
+			return invalid("fair lock wait timeout", "must be >= 3ms, got %v", wait)
+		}
+		c.fairWait = wait.Truncate(time.Millisecond)
+		return nil
+	}
+}
+
 // DefaultLocalHandoff is how many times in a row a lock may be handed from one local handle
 // to the next before it is freed for every Client to race for (see WithLocalHandoff).
 const DefaultLocalHandoff = 8
@@ -165,6 +182,8 @@ type Client struct {
 	publishCmd string
 	maxHandoff int
 	budget     time.Duration // see WithRetryBudget
+	fairWait   time.Duration // see WithFairLockWaitTimeout
+	fairWaitMs string
 
 	// afterAcquire, if set, runs when an acquire script has replied, before its hold is
 	// recorded: tests stand a process pause in there.
@@ -207,6 +226,9 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if cfg.id == "" {
 		cfg.id = uuid.NewString()
 	}
+	if cfg.fairWait == 0 {
+		cfg.fairWait = cfg.watchdogTimeout
+	}
 	c := &Client{
 		rdb:        rdb,
 		id:         cfg.id,
@@ -216,6 +238,8 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		publishCmd: "PUBLISH",
 		maxHandoff: cfg.maxHandoff,
 		budget:     cfg.retryBudget,
+		fairWait:   cfg.fairWait,
+		fairWaitMs: strconv.FormatInt(cfg.fairWait.Milliseconds(), 10),
 		closed:     make(chan struct{}),
 	}
 	var prefix [8]byte

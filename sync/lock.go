@@ -28,24 +28,37 @@ import (
 // only its reply tells what it did, and a handle never acts on a guess. For the same reason a
 // waiter being handed the lock by a local release as its context ends waits for that
 // release's reply (within the retry budget) and, handed, succeeds.
-type Lock struct {
-	o       owner
-	channel string
-}
+type Lock struct{ exclusive }
 
 // Lock returns a handle on the lock called name (the Redis key). It makes no network call;
 // an empty name is reported by the handle's methods.
 func (c *Client) Lock(name string) *Lock {
-	l := &Lock{channel: prefixName(lockChannelPrefix, name)}
-	l.o.init(c, name, c.lockKind)
+	l := &Lock{}
+	l.init(c, name, nil)
 	return l
 }
 
+// exclusive is what Lock and FairLock share: their methods differ only in the scripts.
+type exclusive struct {
+	o       owner
+	channel string    // the lock's channel
+	wakeCh  string    // the channel its waiters listen on: a fair lock's are their own
+	fair    *fairKeys // nil: a plain lock
+}
+
+func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
+	l.o.init(c, name, c.lockKind)
+	l.channel, l.wakeCh, l.fair = prefixName(lockChannelPrefix, name), prefixName(lockChannelPrefix, name), fair
+	if fair != nil {
+		l.wakeCh += ":" + l.o.id
+	}
+}
+
 // Name returns the lock's name, which is its Redis key.
-func (l *Lock) Name() string { return l.o.name }
+func (l *exclusive) Name() string { return l.o.name }
 
 // Owner returns the handle's owner ID, "<client UUID>:<n>", the hash field it holds.
-func (l *Lock) Owner() string { return l.o.id }
+func (l *exclusive) Owner() string { return l.o.id }
 
 // LockOption configures Lock and TryLock.
 type LockOption interface{ applyLock(*lockConfig) }
@@ -106,7 +119,7 @@ func (cfg *lockConfig) check() error {
 // the hold it may have taken is not counted, not renewed, and lapses with its lease, or the
 // handle's next acquire adopts it — or for an earlier release of the handle's, repeated
 // first, in which case nothing was acquired.
-func (l *Lock) Lock(ctx context.Context, opts ...LockOption) error {
+func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
 	var cfg lockConfig
 	for _, o := range opts {
 		if o == nil {
@@ -127,7 +140,7 @@ func (l *Lock) Lock(ctx context.Context, opts ...LockOption) error {
 // TryLock takes the lock if it is free (or already this handle's) and reports whether it did.
 // With WaitTime it waits up to that long; a busy lock is (false, nil), not an error. When ctx
 // ends before the wait time, TryLock returns ctx.Err(). Errors are as for Lock.
-func (l *Lock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
+func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
 	var cfg lockConfig
 	for _, o := range opts {
 		if o == nil {
@@ -145,14 +158,14 @@ func (l *Lock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error)
 }
 
 // acquire attempts, and waits up to limit (negative: without limit) for the lock.
-func (l *Lock) acquire(ctx context.Context, lease, limit time.Duration) (bool, error) {
+func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bool, error) {
 	o := &l.o
 	leaseMs := strconv.FormatInt(lease.Milliseconds(), 10)
 	if lease == 0 {
 		leaseMs = o.c.wdMs
 	}
 	if limit == 0 {
-		_, ok, err := l.attempt(ctx, lease, leaseMs)
+		_, ok, err := l.attempt(ctx, lease, leaseMs, false)
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
@@ -161,33 +174,40 @@ func (l *Lock) acquire(ctx context.Context, lease, limit time.Duration) (bool, e
 	if err := o.lock(ctx); err != nil {
 		return false, err
 	}
-	join := o.count == 0 && !o.unsure && o.unsettled == nil
+	// A fair lock's waiters never join: each listens on its own channel, and Redis keeps the
+	// order.
+	join := o.count == 0 && !o.unsure && o.unsettled == nil && l.fair == nil
 	o.unlock()
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
-	w := wait{channel: l.channel, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
+	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	if join && o.c.maxHandoff > 0 {
 		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs, attempt: a}
 		w.heir = &a.heir
 	}
-	return o.c.acquire(ctx, w)
+	ok, err := o.c.acquire(ctx, w)
+	if !ok && l.fair != nil {
+		l.leave(ctx)
+	}
+	return ok, err
 }
 
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
 // hand-off queue.
 type lockAttempt struct {
-	l       *Lock
+	l       *exclusive
 	lease   time.Duration
 	leaseMs string
 	heir    heir
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
-	return a.l.attempt(ctx, a.lease, a.leaseMs)
+	return a.l.attempt(ctx, a.lease, a.leaseMs, true)
 }
 
 // attempt runs the acquire script once (repeated while its reply is lost), after settling a
-// release of unknown outcome.
-func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string) (int64, bool, error) {
+// release of unknown outcome. A fair lock's waiter (queue) takes or keeps its place in the
+// queue, and is told to attempt again within a third of the place's wait time.
+func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, queue bool) (int64, bool, error) {
 	o := &l.o
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
@@ -200,7 +220,12 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 		return 0, false, o.lost("re-entry after the lease was lost")
 	}
 	sent := time.Now()
-	msg, err := o.c.exec(ctx, lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)})
+	script, keys, args := lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}
+	if f := l.fair; f != nil {
+		script, keys = lua.FairAcquire, []string{o.name, f.queue, f.timeouts}
+		args = append(args, o.c.fairWaitMs, nowMs(), flag(queue))
+	}
+	msg, err := o.c.exec(ctx, script, keys, args)
 	if err != nil {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		return 0, false, o.wrap(err)
@@ -224,6 +249,9 @@ func (l *Lock) attempt(ctx context.Context, lease time.Duration, leaseMs string)
 	}
 	if ttl == acquireLost {
 		return 0, false, o.lost("re-entry found the hold gone")
+	}
+	if refresh := o.c.fairWait.Milliseconds() / 3; l.fair != nil && (ttl < 0 || ttl > refresh) {
+		ttl = refresh
 	}
 	return ttl, false, nil
 }
@@ -254,7 +282,7 @@ const (
 //     part way, which only a misconfiguration causes, such as sharded pub/sub on Redis < 7);
 //     the handle still holds the lock, but a last hold is no longer renewed and lapses with
 //     its lease unless Unlock is called again.
-func (l *Lock) Unlock(ctx context.Context) error {
+func (l *exclusive) Unlock(ctx context.Context) error {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
 		return err
@@ -277,7 +305,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		if round := lease.Stop(); round != nil {
 			<-round
 		}
-		if o.run < o.c.maxHandoff && !o.c.isClosed() {
+		if l.fair == nil && o.run < o.c.maxHandoff && !o.c.isClosed() {
 			h = o.c.heirs.reserve(o.name)
 		}
 	}
@@ -287,8 +315,13 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if h != nil {
 		args = append(args, h.o.id, h.leaseMs)
 	}
+	script, keys := lua.LockRelease, []string{o.name, l.channel, latch}
+	if f := l.fair; f != nil {
+		script, keys = lua.FairRelease, []string{o.name, f.queue, f.timeouts, l.channel, latch}
+		args = append(args, nowMs())
+	}
 	sent := time.Now()
-	msg, err := o.numbered(ctx, lua.LockRelease, []string{o.name, l.channel, latch}, args)
+	msg, err := o.numbered(ctx, script, keys, args)
 	v, verr := msg.AsInt64()
 	unknown := errors.Is(err, ErrOutcomeUnknown)
 	if h != nil {
@@ -347,12 +380,16 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there
 // was a lock to delete. A holder on this or another Client finds out through its Lost channel
 // at its next renewal (a hold kept by the watchdog), its next call, or when its lease ends.
-func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
+func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := lua.LockForceRelease.Exec(ctx, o.c.rdb, []string{o.name, l.channel}, []string{"0", o.c.publishCmd}).AsInt64()
+	script, keys, args := lua.LockForceRelease, []string{o.name, l.channel}, []string{"0", o.c.publishCmd}
+	if f := l.fair; f != nil {
+		script, keys, args = lua.FairForceRelease, []string{o.name, f.queue, f.timeouts, l.channel}, append(args, nowMs())
+	}
+	n, err := script.Exec(ctx, o.c.rdb, keys, args).AsInt64()
 	if err != nil {
 		return false, o.wrap(err)
 	}
@@ -360,7 +397,7 @@ func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 }
 
 // IsLocked reports whether anyone holds the lock.
-func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
+func (l *exclusive) IsLocked(ctx context.Context) (bool, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
 		return false, err
@@ -371,7 +408,7 @@ func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
 
 // IsHeld reports whether this handle holds the lock, as Redis sees it. When the handle
 // thought it held the lock and Redis says no, the hold is lost: Lost closes.
-func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
+func (l *exclusive) IsHeld(ctx context.Context) (bool, error) {
 	n, err := l.HoldCount(ctx)
 	return n > 0, err
 }
@@ -379,7 +416,7 @@ func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
 // HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none);
 // the handle's own count of its Lock calls is what its Unlocks follow. When the handle
 // thought it held the lock and Redis says no, the hold is lost: Lost closes.
-func (l *Lock) HoldCount(ctx context.Context) (int, error) {
+func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
 		return 0, err
@@ -404,7 +441,7 @@ const NoExpiry time.Duration = -1
 
 // RemainingTTL returns how long the lock has before it expires, whoever holds it: 0 when it
 // is not locked, NoExpiry when it has no TTL. Millisecond precision.
-func (l *Lock) RemainingTTL(ctx context.Context) (time.Duration, error) {
+func (l *exclusive) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
 		return 0, err
@@ -432,7 +469,7 @@ func (l *Lock) RemainingTTL(ctx context.Context) (time.Duration, error) {
 // for writes that must never follow a lost lease, have the store check a fencing token. A
 // successful Unlock does not close it. Before the first successful acquisition it returns
 // nil, a channel that never closes.
-func (l *Lock) Lost() <-chan struct{} { return l.o.lostCh() }
+func (l *exclusive) Lost() <-chan struct{} { return l.o.lostCh() }
 
 // Valid reports whether the handle's hold is live now: the lease, as last confirmed by
 // Redis, is still ahead by the monotonic clock, and no loss is known. Unlike Lost it is true
@@ -440,9 +477,9 @@ func (l *Lock) Lost() <-chan struct{} { return l.o.lostCh() }
 // clocks: a fencing token is what makes a write after a lost lease harmless. After Unlock it
 // is false — unless Redis refused the Unlock of the last hold: the handle still holds the
 // lock then, until its lease runs out.
-func (l *Lock) Valid() bool { return l.o.valid() }
+func (l *exclusive) Valid() bool { return l.o.valid() }
 
 // Deadline returns when the handle's hold expires unless renewed, as last confirmed by Redis
 // (the send time of the command that last set its TTL, plus that TTL), and false when the
 // handle holds nothing or its lease is lost.
-func (l *Lock) Deadline() (time.Time, bool) { return l.o.deadline() }
+func (l *exclusive) Deadline() (time.Time, bool) { return l.o.deadline() }

@@ -1,0 +1,95 @@
+-- Helpers shared by the lock scripts; lua.go puts this file in front of each script that
+-- uses them.
+
+-- release drops one of owner's holds on the lock hash key, numbered req on the owner's
+-- unlock latch (REDISSON-LAYOUT §1.6), and calls free at the last hold, after the owner's
+-- field is deleted: free frees (or hands on) the lock and returns the reply, which a repeat
+-- of the request must give too (freed). It replies nil when the owner does not hold the
+-- lock, 0 when a hold was dropped and the lock is still held.
+--
+-- Safe to repeat. The latch is one key per owner, a high-water mark of its request numbers,
+-- written and read in one SET ... GET (Redis 6.2+): n when request n acted, -n when it found
+-- the lock not held. A run that finds its own number there is a repeat and replies what the
+-- first run did, which follows from the request itself; a run that finds a higher number is
+-- a stale duplicate, puts the mark back and changes nothing.
+--
+-- The count left is one below the holds the owner knows (holds), whatever Redis counted, and
+-- a partial release keeps the larger of the TTL left and leaseMs: a lease only grows.
+local function release(key, latch, latchPx, owner, holds, req, leaseMs, freed, free)
+    local last = tonumber(redis.call('set', latch, req, 'px', latchPx, 'get'))
+    if last and math.abs(last) >= req then
+        if last ~= req then
+            redis.call('set', latch, last, 'px', latchPx)
+            return nil
+        end
+        if holds > 1 then
+            return 0
+        end
+        return freed
+    end
+    if holds > 1 then
+        if redis.call('hexists', key, owner) == 0 then
+            redis.call('set', latch, -req, 'px', latchPx)
+            return nil
+        end
+        redis.call('hset', key, owner, holds - 1)
+        if redis.call('pttl', key) < leaseMs then
+            redis.call('pexpire', key, leaseMs)
+        end
+        return 0
+    end
+    -- The last hold. The owner's field is the hash's only one (an exclusive lock), so deleting
+    -- it deletes the key, as Redisson's DEL does, and tells in the same call whether the owner
+    -- held the lock at all.
+    if redis.call('hdel', key, owner) == 0 then
+        redis.call('set', latch, -req, 'px', latchPx)
+        return nil
+    end
+    return free()
+end
+
+-- reenter gives owner, which knows of holds holds (0: none), one more hold on the lock hash key
+-- if its field is there: the count becomes holds+1, not an increment, so a repeat sets the
+-- same count and a hold taken by an acquire whose reply was lost is adopted; the TTL becomes
+-- the larger of what is left and leaseMs (a lease only grows). It returns true when it did,
+-- and -3 when the owner knows of holds but its field is gone (nothing changes); otherwise
+-- false.
+local function reenter(key, owner, holds, leaseMs)
+    if redis.call('hexists', key, owner) == 0 then
+        if holds > 0 then
+            return -3
+        end
+        return false
+    end
+    redis.call('hset', key, owner, holds + 1)
+    if redis.call('pttl', key) < leaseMs then
+        redis.call('pexpire', key, leaseMs)
+    end
+    return true
+end
+
+-- drop_stale removes the fair lock's head waiters whose deadline has passed (§3.2): queue is
+-- the list of waiting owners, timeouts the zset of their deadlines, now epoch ms.
+local function drop_stale(queue, timeouts, now)
+    while true do
+        local head = redis.call('lindex', queue, 0)
+        if not head then
+            return
+        end
+        local deadline = tonumber(redis.call('zscore', timeouts, head))
+        if not deadline or deadline > now then
+            return
+        end
+        redis.call('zrem', timeouts, head)
+        redis.call('lpop', queue)
+    end
+end
+
+-- wake_head publishes message on the fair lock's head waiter's own channel, if there is one.
+local function wake_head(queue, channel, publish, message)
+    local head = redis.call('lindex', queue, 0)
+    if head then
+        redis.call(publish, channel .. ':' .. head, message)
+    end
+end
+

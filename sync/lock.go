@@ -2,8 +2,6 @@ package sync
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -204,64 +202,22 @@ func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
 	return a.l.attempt(ctx, a.lease, a.leaseMs, true)
 }
 
-// attempt runs the acquire script once (repeated while its reply is lost), after settling a
-// release of unknown outcome. A fair lock's waiter (queue) takes or keeps its place in the
+// attempt makes one attempt. A fair lock's waiter (queue) takes or keeps its place in the
 // queue, and is told to attempt again within a third of the place's wait time.
 func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, queue bool) (int64, bool, error) {
 	o := &l.o
-	if err := o.lock(ctx); err != nil {
-		return 0, false, err
-	}
-	defer o.unlock()
-	if err := o.settle(ctx); err != nil {
-		return 0, false, err
-	}
-	if o.leaseLost() {
-		return 0, false, o.lost("re-entry after the lease was lost")
-	}
-	sent := time.Now()
-	script, keys, args := lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}
-	if f := l.fair; f != nil {
-		script, keys = lua.FairAcquire, []string{o.name, f.queue, f.timeouts}
-		args = append(args, o.c.fairWaitMs, nowMs(), flag(queue))
-	}
-	msg, err := o.c.exec(ctx, script, keys, args)
-	if err != nil {
-		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
-		return 0, false, o.wrap(err)
-	}
-	// A reply: whatever an earlier acquire did, this one adopted or saw gone. (A first run of
-	// a hand-off to this owner reaching Redis even later can still hand it over; the owner
-	// adopts that at its next re-check, or it lapses with its lease.)
-	o.unsure = false
-	if o.c.afterAcquire != nil {
-		o.c.afterAcquire()
-	}
-	if msg.IsNil() {
-		if err := o.took(sent, lease, 0); err != nil {
-			return 0, false, err
+	ttl, ok, err := o.attempt(ctx, lease, func() script {
+		if f := l.fair; f != nil {
+			return script{lua.FairAcquire, []string{o.name, f.queue, f.timeouts},
+				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(queue)}}
 		}
-		return o.ttl().Milliseconds(), true, nil
-	}
-	ttl, err := msg.AsInt64()
-	if err != nil {
-		return 0, false, o.wrap(err)
-	}
-	if ttl == acquireLost {
-		return 0, false, o.lost("re-entry found the hold gone")
-	}
+		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
+	})
 	if refresh := o.c.fairWait.Milliseconds() / 3; l.fair != nil && (ttl < 0 || ttl > refresh) {
 		ttl = refresh
 	}
-	return ttl, false, nil
+	return ttl, ok, err
 }
-
-// Replies of lua.LockAcquire and lua.LockRelease.
-const (
-	acquireLost    int64 = -3 // a re-entry found the owner's field gone
-	releasedKept   int64 = 0  // a hold was dropped; the lock is still held
-	releasedHanded int64 = 2  // the lock went to the heir (1: freed and published)
-)
 
 // Unlock releases one hold. When Unlock returns nil, the hold is released: the lock is freed
 // (or handed to a waiting handle of this Client) at the last hold, and a repeat of the request
@@ -284,97 +240,21 @@ const (
 //     its lease unless Unlock is called again.
 func (l *exclusive) Unlock(ctx context.Context) error {
 	o := &l.o
-	if err := o.check(ctx); err != nil {
-		return err
-	}
-	if ctx.Done() != nil {
-		ctx = context.WithoutCancel(ctx) // a release must run even when the caller's request ended
-	}
-	_ = o.lock(ctx)
-	defer o.unlock()
-	if err := o.settle(ctx); err != nil {
-		return err
-	}
-	lease := o.lease.Load()
-	last, inner := o.count == 1, o.count > 1
-	lostBefore := o.leaseLost()
-	var h *heir
-	if last {
-		// Before the script is sent, and after any renewal already on its way has landed, so
-		// that no renewal can follow the release (Redisson #7272).
-		if round := lease.Stop(); round != nil {
-			<-round
-		}
-		if l.fair == nil && o.run < o.c.maxHandoff && !o.c.isClosed() {
+	return o.release(ctx, func(last bool, latch, n string) (script, *heir) {
+		var h *heir
+		if last && l.fair == nil && o.run < o.c.maxHandoff && !o.c.isClosed() {
 			h = o.c.heirs.reserve(o.name)
 		}
-	}
-	latch, n := o.nextRequest()
-	args := []string{"0", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
-		strconv.Itoa(o.count), n}
-	if h != nil {
-		args = append(args, h.o.id, h.leaseMs)
-	}
-	script, keys := lua.LockRelease, []string{o.name, l.channel, latch}
-	if f := l.fair; f != nil {
-		script, keys = lua.FairRelease, []string{o.name, f.queue, f.timeouts, l.channel, latch}
-		args = append(args, nowMs())
-	}
-	sent := time.Now()
-	msg, err := o.numbered(ctx, script, keys, args)
-	v, verr := msg.AsInt64()
-	unknown := errors.Is(err, ErrOutcomeUnknown)
-	if h != nil {
-		h.decide(err == nil && verr == nil && v == releasedHanded, unknown, sent, o.run+1)
-	}
-	if r := o.unsettled; r != nil {
+		args := []string{"0", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
+			strconv.Itoa(o.count), n}
+		if f := l.fair; f != nil {
+			return script{lua.FairRelease, []string{o.name, f.queue, f.timeouts, l.channel, latch}, append(args, nowMs())}, nil
+		}
 		if h != nil {
-			// The heir attempts itself now: should the release first run when repeated at the
-			// next call, it frees the lock and publishes rather than hand it to a waiter that
-			// would not know.
-			r.args = r.args[:7]
+			args = append(args, h.o.id, h.leaseMs)
 		}
-		// What the repeat's answer means: an inner hold is lost if the lock is gone (a last
-		// one was given up either way).
-		if inner {
-			r.settled = func(msg rueidis.RedisMessage) error {
-				if msg.IsNil() {
-					return o.lost("an inner hold's release found the lock gone")
-				}
-				return nil
-			}
-		}
-	}
-	switch {
-	case unknown:
-		// The hold counts as given up: a last one is no longer renewed or timed (Redis frees
-		// it by its lease at the latest), and the handle holds nothing it could call valid.
-		o.count = max(o.count-1, 0)
-		return err
-	case err != nil:
-		// Refused: nothing ran, and the handle still holds the lock; a last hold is no
-		// longer renewed, and lapses with its lease unless Unlock is called again.
-		if last {
-			lease.Lapse()
-		}
-		return err
-	case msg.IsNil():
-		if o.count == 0 {
-			return fmt.Errorf("%w: %q, owner %s", ErrNotHeld, o.name, o.id)
-		}
-		return o.lost("the release found the lock gone")
-	case v == releasedKept:
-		o.count--
-		lease.Hold(sent, o.ttl(), false)
-	default:
-		o.count = 0
-	}
-	if lostBefore {
-		// Released, but the lease had been lost before: the critical section was not
-		// covered throughout, even though the field was back.
-		return o.lostErr("the lease was lost before the release")
-	}
-	return nil
+		return script{lua.LockRelease, []string{o.name, l.channel, latch}, args}, h
+	})
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there

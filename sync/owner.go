@@ -219,6 +219,150 @@ func (o *owner) wrap(err error) error {
 	return fmt.Errorf("dsync: %q: %w", o.name, err)
 }
 
+// A script is one request: a script with its keys and arguments.
+type script struct {
+	s          *rueidis.Lua
+	keys, args []string
+}
+
+// Replies of the acquire and release scripts.
+const (
+	acquireLost    int64 = -3 // a re-entry found the owner's field gone
+	releasedHanded int64 = 2  // the lock went to the heir (0: a hold dropped; 1: freed)
+)
+
+// attempt runs an acquire script once (repeated while its reply is lost), after settling a
+// release of unknown outcome, and records the hold it took with lease (0: kept by the
+// watchdog). req, called under op, makes the request; every acquire script replies nil when
+// it took or re-entered, acquireLost when the owner knows of holds but Redis has none, or
+// else a wait hint in ms (negative: unknown).
+func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script) (int64, bool, error) {
+	if err := o.lock(ctx); err != nil {
+		return 0, false, err
+	}
+	defer o.unlock()
+	if err := o.settle(ctx); err != nil {
+		return 0, false, err
+	}
+	if o.leaseLost() {
+		return 0, false, o.lost("re-entry after the lease was lost")
+	}
+	sent := time.Now()
+	r := req()
+	msg, err := o.c.exec(ctx, r.s, r.keys, r.args)
+	if err != nil {
+		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
+		return 0, false, o.wrap(err)
+	}
+	// A reply: whatever an earlier acquire did, this one adopted or saw gone. (A first run of
+	// a hand-off to this owner reaching Redis even later can still hand it over; the owner
+	// adopts that at its next re-check, or it lapses with its lease.)
+	o.unsure = false
+	if o.c.afterAcquire != nil {
+		o.c.afterAcquire()
+	}
+	if msg.IsNil() {
+		if err := o.took(sent, lease, 0); err != nil {
+			return 0, false, err
+		}
+		return o.ttl().Milliseconds(), true, nil
+	}
+	ttl, err := msg.AsInt64()
+	if err != nil {
+		return 0, false, o.wrap(err)
+	}
+	if ttl == acquireLost {
+		return 0, false, o.lost("re-entry found the hold gone")
+	}
+	return ttl, false, nil
+}
+
+// release drops one hold with a numbered request (see Lock.Unlock for what each outcome
+// means). req, called under op once a last hold's lease is stopped, makes the request for
+// the latch and request number it is given, and may reserve an heir to hand the lock to
+// (whose two arguments come last); every release script replies nil when the owner held
+// nothing, releasedHanded when it handed the lock to the heir, 0 or 1 otherwise.
+func (o *owner) release(ctx context.Context, req func(last bool, latch, n string) (script, *heir)) error {
+	if err := o.check(ctx); err != nil {
+		return err
+	}
+	if ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx) // a release must run even when the caller's request ended
+	}
+	_ = o.lock(ctx)
+	defer o.unlock()
+	if err := o.settle(ctx); err != nil {
+		return err
+	}
+	lease := o.lease.Load()
+	last, inner := o.count == 1, o.count > 1
+	lostBefore := o.leaseLost()
+	if last {
+		// Before the script is sent, and after any renewal already on its way has landed, so
+		// that no renewal can follow the release (Redisson #7272).
+		if round := lease.Stop(); round != nil {
+			<-round
+		}
+	}
+	latch, n := o.nextRequest()
+	r, h := req(last, latch, n)
+	sent := time.Now()
+	msg, err := o.numbered(ctx, r.s, r.keys, r.args)
+	v, verr := msg.AsInt64()
+	unknown := errors.Is(err, ErrOutcomeUnknown)
+	if h != nil {
+		h.decide(err == nil && verr == nil && v == releasedHanded, unknown, sent, o.run+1)
+	}
+	if u := o.unsettled; u != nil {
+		if h != nil {
+			// The heir attempts itself now: should the release first run when repeated at the
+			// next call, it frees the lock and publishes rather than hand it to a waiter that
+			// would not know.
+			u.args = u.args[:len(u.args)-2]
+		}
+		// What the repeat's answer means: an inner hold is lost if the lock is gone (a last
+		// one was given up either way).
+		if inner {
+			u.settled = func(msg rueidis.RedisMessage) error {
+				if msg.IsNil() {
+					return o.lost("an inner hold's release found the lock gone")
+				}
+				return nil
+			}
+		}
+	}
+	switch {
+	case unknown:
+		// The hold counts as given up: a last one is no longer renewed or timed (Redis frees
+		// it by its lease at the latest), and the handle holds nothing it could call valid.
+		o.count = max(o.count-1, 0)
+		return err
+	case err != nil:
+		// Refused: nothing ran, and the handle still holds the lock; a last hold is no
+		// longer renewed, and lapses with its lease unless Unlock is called again.
+		if last {
+			lease.Lapse()
+		}
+		return err
+	case msg.IsNil():
+		if o.count == 0 {
+			return fmt.Errorf("%w: %q, owner %s", ErrNotHeld, o.name, o.id)
+		}
+		return o.lost("the release found the lock gone")
+	case inner:
+		o.count--
+		lease.Hold(sent, o.ttl(), false)
+	default:
+		o.count = 0
+	}
+	if lostBefore {
+		// Released, but the lease had been lost before: the critical section was not
+		// covered throughout, even though the field was back.
+		return o.lostErr("the lease was lost before the release")
+	}
+	return nil
+}
+
 // ttl is the lease of the latest hold: the TTL a partial release keeps at least.
 func (o *owner) ttl() time.Duration {
 	if o.leaseD == 0 {

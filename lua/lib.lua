@@ -1,51 +1,69 @@
 -- Helpers shared by the lock scripts; lua.go puts this file in front of each script that
 -- uses them.
 
--- release drops one of owner's holds on the lock hash key, numbered req on the owner's
--- unlock latch (REDISSON-LAYOUT §1.6), and calls free at the last hold, after the owner's
--- field is deleted: free frees (or hands on) the lock and returns the reply, which a repeat
--- of the request must give too (freed). It replies nil when the owner does not hold the
--- lock, 0 when a hold was dropped and the lock is still held.
+-- numbered runs a release numbered req on its owner's unlock latch (REDISSON-LAYOUT §1.6):
+-- run acts and returns the reply, nil when the owner held nothing; replay is what a repeat
+-- of the request replies.
 --
 -- Safe to repeat. The latch is one key per owner, a high-water mark of its request numbers,
 -- written and read in one SET ... GET (Redis 6.2+): n when request n acted, -n when it found
 -- the lock not held. A run that finds its own number there is a repeat and replies what the
 -- first run did, which follows from the request itself; a run that finds a higher number is
 -- a stale duplicate, puts the mark back and changes nothing.
---
--- The count left is one below the holds the owner knows (holds), whatever Redis counted, and
--- a partial release keeps the larger of the TTL left and leaseMs: a lease only grows.
-local function release(key, latch, latchPx, owner, holds, req, leaseMs, freed, free)
+local function numbered(latch, latchPx, req, replay, run)
     local last = tonumber(redis.call('set', latch, req, 'px', latchPx, 'get'))
     if last and math.abs(last) >= req then
         if last ~= req then
             redis.call('set', latch, last, 'px', latchPx)
             return nil
         end
+        return replay
+    end
+    local reply = run()
+    if reply == nil then
+        redis.call('set', latch, -req, 'px', latchPx)
+    end
+    return reply
+end
+
+-- release drops one of owner's holds on the exclusive lock hash key, numbered req on latch,
+-- and calls free at the last hold, after the owner's field is deleted: free frees (or hands
+-- on) the lock and returns the reply, which a repeat must give too (freed). It replies nil
+-- when the owner does not hold the lock, 0 when a hold was dropped and the lock is still
+-- held. The count left is one below the holds the owner knows (holds), whatever Redis
+-- counted, and a partial release keeps the larger of the TTL left and leaseMs: a lease only
+-- grows.
+local function release(key, latch, latchPx, owner, holds, req, leaseMs, freed, free)
+    local replay = freed
+    if holds > 1 then
+        replay = 0
+    end
+    return numbered(latch, latchPx, req, replay, function()
         if holds > 1 then
+            if redis.call('hexists', key, owner) == 0 then
+                return nil
+            end
+            redis.call('hset', key, owner, holds - 1)
+            if redis.call('pttl', key) < leaseMs then
+                redis.call('pexpire', key, leaseMs)
+            end
             return 0
         end
-        return freed
-    end
-    if holds > 1 then
-        if redis.call('hexists', key, owner) == 0 then
-            redis.call('set', latch, -req, 'px', latchPx)
+        -- The last hold. The owner's field is the only holder's (an exclusive lock), so
+        -- deleting it tells in the same call whether the owner held the lock at all.
+        if redis.call('hdel', key, owner) == 0 then
             return nil
         end
-        redis.call('hset', key, owner, holds - 1)
-        if redis.call('pttl', key) < leaseMs then
-            redis.call('pexpire', key, leaseMs)
-        end
-        return 0
+        return free()
+    end)
+end
+
+-- grow sets key's TTL to at least ms (creating it with value 1 if it is gone, for a read
+-- hold's timeout key): a lease only grows.
+local function grow(key, ms)
+    if redis.call('pttl', key) < ms then
+        redis.call('set', key, 1, 'px', ms)
     end
-    -- The last hold. The owner's field is the hash's only one (an exclusive lock), so deleting
-    -- it deletes the key, as Redisson's DEL does, and tells in the same call whether the owner
-    -- held the lock at all.
-    if redis.call('hdel', key, owner) == 0 then
-        redis.call('set', latch, -req, 'px', latchPx)
-        return nil
-    end
-    return free()
 end
 
 -- reenter gives owner, which knows of holds holds (0: none), one more hold on the lock hash key

@@ -16,6 +16,7 @@ if ARGV[8] then
 end
 return release(KEYS[1], KEYS[3], ARGV[5], ARGV[3], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[2]), freed,
     function()
+        -- the owner's field was the hash's only one: the key went with it
         if ARGV[8] then
             redis.call('hset', KEYS[1], ARGV[8], 1)
             redis.call('pexpire', KEYS[1], ARGV[9])

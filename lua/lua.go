@@ -32,6 +32,18 @@ var (
 	fairForceRelease string
 	//go:embed fair_leave.lua
 	fairLeave string
+	//go:embed rw_read_acquire.lua
+	rwReadAcquire string
+	//go:embed rw_read_release.lua
+	rwReadRelease string
+	//go:embed rw_read_renew.lua
+	rwReadRenew string
+	//go:embed rw_write_acquire.lua
+	rwWriteAcquire string
+	//go:embed rw_write_release.lua
+	rwWriteRelease string
+	//go:embed rw_write_leave.lua
+	rwWriteLeave string
 )
 
 var (
@@ -82,4 +94,33 @@ var (
 	// KEYS [lock, queue, deadlines, channel], ARGV [owner, waitMs, publishCmd, message]. It
 	// replies 1 if the owner had a place.
 	FairLeave = rueidis.NewLuaScript(lib + fairLeave)
+
+	// ReadAcquire takes or re-enters a read lock of a read-write lock: KEYS [lock, owner's
+	// timeout prefix, waiting writers], ARGV [leaseMs, owner, owner's writer field,
+	// holdsKnown, nowMs]. It replies as LockAcquire; a new reader waits while a writer waits.
+	ReadAcquire = rueidis.NewLuaScript(lib + rwReadAcquire)
+
+	// ReadRelease drops one read hold: KEYS [lock, channel, owner's timeout prefix, key
+	// prefix, owner's latch, waiting writers], ARGV [message, owner, publishCmd, latchMs,
+	// holdsKnown, requestNumber, nowMs, leaseMs]. It replies nil (not held), 0 (the lock is
+	// still held) or 1 (freed), numbered as LockRelease.
+	ReadRelease = rueidis.NewLuaScript(lib + rwReadRelease)
+
+	// ReadRenew renews read holds: KEYS [lock1, prefix1, ...], ARGV [leaseMs, owner1, ...]; it
+	// replies as LockRenew. Sent as EVAL, as LockRenew is.
+	ReadRenew = rueidis.NewLuaScriptNoSha(lib + rwReadRenew)
+
+	// WriteAcquire takes or re-enters a write lock, or claims it as a waiting writer: KEYS
+	// [lock, waiting writers], ARGV [leaseMs, writer field, holdsKnown, nowMs, claimMs, wait
+	// (1/0)]. It replies as LockAcquire.
+	WriteAcquire = rueidis.NewLuaScript(lib + rwWriteAcquire)
+
+	// WriteRelease drops one write hold: KEYS [lock, channel, owner's latch], ARGV [message,
+	// leaseMs, writer field, publishCmd, latchMs, holdsKnown, requestNumber]. It replies nil
+	// (not held), 0 (still held) or 1 (released), numbered as LockRelease.
+	WriteRelease = rueidis.NewLuaScript(lib + rwWriteRelease)
+
+	// WriteLeave drops a waiting writer's claim and wakes the lock's waiters: KEYS [waiting
+	// writers, channel], ARGV [writer field, publishCmd].
+	WriteLeave = rueidis.NewLuaScript(rwWriteLeave)
 )

@@ -193,7 +193,8 @@ type Client struct {
 
 	mux      *pubsub.Mux
 	wd       *watchdog.Watchdog
-	lockKind *watchdog.Kind // leases of Lock holds: the field's TTL
+	lockKind *watchdog.Kind // leases of exclusive holds: the field's TTL
+	readKind *watchdog.Kind // leases of read holds: their timeout keys and the lock's TTL
 	janitor  *janitor
 
 	owners    atomic.Int64
@@ -251,7 +252,8 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded
 	}
-	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewLocks}
+	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewer(lua.LockRenew, func(b watchdog.Batch) []string { return b.Keys })}
+	c.readKind = &watchdog.Kind{Name: "read lock", Renew: c.renewer(lua.ReadRenew, readKeys)}
 	wd, err := watchdog.New(watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log})
 	if err != nil {
 		return nil, err
@@ -312,33 +314,46 @@ func (c *Client) newRequestID() string {
 	return string(b[:])
 }
 
-// renewLocks renews lock fields: one pipelined round of batched renewal scripts.
-func (c *Client) renewLocks(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
-	ms := strconv.FormatInt(lease.Milliseconds(), 10)
-	execs := make([]rueidis.LuaExec, len(batches))
-	for i, b := range batches {
-		args := make([]string, 0, len(b.Owners)+1)
-		args = append(args, ms)
-		args = append(args, b.Owners...)
-		execs[i] = rueidis.LuaExec{Keys: b.Keys, Args: args}
+// renewer renews one kind of hold: one pipelined round of batched renewal scripts, each
+// given keys(batch) and the lease and owners as arguments.
+func (c *Client) renewer(s *rueidis.Lua, keys func(watchdog.Batch) []string) watchdog.RenewFunc {
+	return func(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
+		ms := strconv.FormatInt(lease.Milliseconds(), 10)
+		execs := make([]rueidis.LuaExec, len(batches))
+		for i, b := range batches {
+			args := make([]string, 0, len(b.Owners)+1)
+			args = append(args, ms)
+			args = append(args, b.Owners...)
+			execs[i] = rueidis.LuaExec{Keys: keys(b), Args: args}
+		}
+		resps := s.ExecMulti(ctx, c.rdb, execs...)
+		out := make([]watchdog.Result, len(batches))
+		for i := range out {
+			if i >= len(resps) {
+				out[i].Err = errors.New("dsync: missing renewal reply")
+				continue
+			}
+			vals, err := resps[i].AsIntSlice()
+			if err != nil {
+				c.sawClosing(err)
+				out[i].Err = err
+				continue
+			}
+			out[i].Held = make([]bool, len(vals))
+			for j, v := range vals {
+				out[i].Held[j] = v == 1
+			}
+		}
+		return out
 	}
-	resps := lua.LockRenew.ExecMulti(ctx, c.rdb, execs...)
-	out := make([]watchdog.Result, len(batches))
-	for i := range out {
-		if i >= len(resps) {
-			out[i].Err = errors.New("dsync: missing renewal reply")
-			continue
-		}
-		vals, err := resps[i].AsIntSlice()
-		if err != nil {
-			c.sawClosing(err)
-			out[i].Err = err
-			continue
-		}
-		out[i].Held = make([]bool, len(vals))
-		for j, v := range vals {
-			out[i].Held[j] = v == 1
-		}
+}
+
+// readKeys are a batch of read holds' keys for lua.ReadRenew: each lock with its owner's
+// timeout key prefix.
+func readKeys(b watchdog.Batch) []string {
+	keys := make([]string, 0, 2*len(b.Keys))
+	for i, k := range b.Keys {
+		keys = append(keys, k, readTimeouts(k, b.Owners[i]))
 	}
-	return out
+	return keys
 }

@@ -28,6 +28,11 @@ var (
 	// the argument and its value.
 	ErrInvalidArgument = errors.New("dsync: invalid argument")
 
+	// ErrWouldDeadlock is returned at once, without waiting, for a request that could only
+	// wait for ever: a read-write lock's write lock asked for by a handle holding only read
+	// locks (an upgrade).
+	ErrWouldDeadlock = errors.New("dsync: would deadlock")
+
 	// ErrClosed is returned by every method once the Client is closed.
 	ErrClosed = errors.New("dsync: client closed")
 )

@@ -66,6 +66,16 @@ func (l *exclusive) leave(ctx context.Context) {
 	}
 }
 
+// keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts
+// again within a third of the fair wait time: a place in a fair lock's queue, or a waiting
+// writer's claim, lapses a wait time after its last attempt.
+func (c *Client) keepAlive(ttl int64) int64 {
+	if every := c.fairWait.Milliseconds() / 3; ttl < 0 || ttl > every {
+		return every
+	}
+	return ttl
+}
+
 // nowMs is the wall clock in epoch ms, as Redisson's fair lock scripts take it: processes
 // sharing a fair lock must keep their clocks in sync.
 func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }

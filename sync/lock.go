@@ -97,6 +97,30 @@ func (o waitOption) applyTry(c *lockConfig) { c.wait, c.waitSet = time.Duration(
 // context's deadline, if earlier, still applies. It must not be negative.
 func WaitTime(wait time.Duration) TryLockOption { return waitOption(wait) }
 
+// configure applies an acquisition's options, and checks them with what every call checks.
+func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func(O, *lockConfig)) (lockConfig, error) {
+	var cfg lockConfig
+	var none O
+	for _, opt := range opts {
+		if opt == none {
+			return cfg, invalid("option", "must not be nil")
+		}
+		apply(opt, &cfg)
+	}
+	if err := o.check(ctx); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.check()
+}
+
+// leaseMs is the lease as scripts take it: the watchdog timeout when there is none.
+func (c *Client) leaseMs(lease time.Duration) string {
+	if lease == 0 {
+		return c.wdMs
+	}
+	return strconv.FormatInt(lease.Milliseconds(), 10)
+}
+
 func (cfg *lockConfig) check() error {
 	if cfg.leaseSet && cfg.lease < time.Millisecond {
 		return invalid("lease", "must be >= 1ms, got %v", cfg.lease)
@@ -118,20 +142,11 @@ func (cfg *lockConfig) check() error {
 // handle's next acquire adopts it — or for an earlier release of the handle's, repeated
 // first, in which case nothing was acquired.
 func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
-	var cfg lockConfig
-	for _, o := range opts {
-		if o == nil {
-			return invalid("option", "must not be nil")
-		}
-		o.applyLock(&cfg)
-	}
-	if err := l.o.check(ctx); err != nil {
+	cfg, err := configure(ctx, &l.o, opts, LockOption.applyLock)
+	if err != nil {
 		return err
 	}
-	if err := cfg.check(); err != nil {
-		return err
-	}
-	_, err := l.acquire(ctx, cfg.lease, -1)
+	_, err = l.acquire(ctx, cfg.lease, -1)
 	return err
 }
 
@@ -139,17 +154,8 @@ func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
 // With WaitTime it waits up to that long; a busy lock is (false, nil), not an error. When ctx
 // ends before the wait time, TryLock returns ctx.Err(). Errors are as for Lock.
 func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	var cfg lockConfig
-	for _, o := range opts {
-		if o == nil {
-			return false, invalid("option", "must not be nil")
-		}
-		o.applyTry(&cfg)
-	}
-	if err := l.o.check(ctx); err != nil {
-		return false, err
-	}
-	if err := cfg.check(); err != nil {
+	cfg, err := configure(ctx, &l.o, opts, TryLockOption.applyTry)
+	if err != nil {
 		return false, err
 	}
 	return l.acquire(ctx, cfg.lease, cfg.wait)
@@ -158,10 +164,7 @@ func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, e
 // acquire attempts, and waits up to limit (negative: without limit) for the lock.
 func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bool, error) {
 	o := &l.o
-	leaseMs := strconv.FormatInt(lease.Milliseconds(), 10)
-	if lease == 0 {
-		leaseMs = o.c.wdMs
-	}
+	leaseMs := o.c.leaseMs(lease)
 	if limit == 0 {
 		_, ok, err := l.attempt(ctx, lease, leaseMs, false)
 		return ok, err
@@ -213,8 +216,8 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 		}
 		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
 	})
-	if refresh := o.c.fairWait.Milliseconds() / 3; l.fair != nil && (ttl < 0 || ttl > refresh) {
-		ttl = refresh
+	if l.fair != nil {
+		ttl = o.c.keepAlive(ttl)
 	}
 	return ttl, ok, err
 }

@@ -15,6 +15,14 @@ func prefixName(prefix, name string) string {
 	return prefix + ":{" + name + "}"
 }
 
+// suffixName is Redisson's RedissonObject.suffixName.
+func suffixName(name, suffix string) string {
+	if strings.Contains(name, "{") {
+		return name + ":" + suffix
+	}
+	return "{" + name + "}:" + suffix
+}
+
 const (
 	lockChannelPrefix = "redisson_lock__channel"
 	unlockLatchPrefix = "redisson_unlock_latch"

@@ -1,0 +1,23 @@
+-- Batched renewal of read holds (Redisson's read lock renewal, §4.7).
+-- KEYS in pairs: lock hash i, then owner i's timeout key prefix; ARGV[1] lease ms,
+-- ARGV[i+1] owner i. For every owner still holding reads (count c), its timeout keys 1..c
+-- and the lock get a TTL of at least the lease (a lease only grows).
+-- Reply: an array with 1 where owner i still holds reads, 0 where not.
+local lease = tonumber(ARGV[1])
+local held = {}
+for i = 1, #KEYS / 2 do
+    local key = KEYS[2 * i - 1]
+    local n = tonumber(redis.call('hget', key, ARGV[i + 1]))
+    if n then
+        for k = 1, n do
+            grow(KEYS[2 * i] .. ':' .. k, lease)
+        end
+        if redis.call('pttl', key) < lease then
+            redis.call('pexpire', key, lease)
+        end
+        held[i] = 1
+    else
+        held[i] = 0
+    end
+end
+return held

@@ -1,0 +1,29 @@
+-- Write lock acquire (Redisson RReadWriteLock write lock, §4.4), safe to repeat.
+-- KEYS[1] lock hash, KEYS[2] the zset of waiting writers;
+-- ARGV[1] lease ms, ARGV[2] the owner's writer field (<owner>:write), ARGV[3] the write holds
+-- the owner knows it has, ARGV[4] now (epoch ms), ARGV[5] how long a waiting writer's claim
+-- lasts without a new attempt (ms), ARGV[6] 1 when the writer waits, 0 when it does not.
+-- Reply: nil when acquired or re-entered; -3 when the owner knows of write holds but its
+-- field is gone; otherwise the holder's PTTL. A waiting writer's claim (in the zset, by
+-- deadline) makes new readers wait; taking the lock drops it. No upgrade: a reader is
+-- refused like anyone else (the caller reports it at once).
+local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[1]))
+if r == -3 then
+    return -3
+elseif r then
+    return nil
+end
+if redis.call('exists', KEYS[1]) == 0 then
+    redis.call('hset', KEYS[1], 'mode', 'write')
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('zrem', KEYS[2], ARGV[2])
+    return nil
+end
+if ARGV[6] == '1' then
+    redis.call('zadd', KEYS[2], tonumber(ARGV[4]) + tonumber(ARGV[5]), ARGV[2])
+    if redis.call('pttl', KEYS[2]) < tonumber(ARGV[5]) then
+        redis.call('pexpire', KEYS[2], ARGV[5])
+    end
+end
+return redis.call('pttl', KEYS[1])

@@ -17,10 +17,8 @@
 local now, wait = tonumber(ARGV[5]), tonumber(ARGV[4])
 drop_stale(KEYS[2], KEYS[3], now)
 local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[1]))
-if r == -3 then
-    return -3
-elseif r then
-    return nil
+if r then
+    return r == -3 and -3 or nil
 end
 local head = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then

@@ -9,10 +9,8 @@
 -- and resets the TTL to the lease on re-entry; only this owner's holds see the difference.)
 local lease = tonumber(ARGV[1])
 local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), lease)
-if r == -3 then
-    return -3
-elseif r then
-    return nil
+if r then
+    return r == -3 and -3 or nil
 end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], 1)

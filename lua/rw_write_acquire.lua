@@ -8,10 +8,8 @@
 -- deadline) makes new readers wait; taking the lock drops it. No upgrade: a reader is
 -- refused like anyone else (the caller reports it at once).
 local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[1]))
-if r == -3 then
-    return -3
-elseif r then
-    return nil
+if r then
+    return r == -3 and -3 or nil
 end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], 'mode', 'write')

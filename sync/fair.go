@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/lua"
-	"go.uber.org/zap"
 )
 
 // FairLock is a handle on a fair reentrant lock, wire-compatible with Redisson's fair lock
@@ -47,23 +46,11 @@ func (c *Client) FairLock(name string) *FairLock {
 // zset of their deadlines.
 type fairKeys struct{ queue, timeouts string }
 
-// leave takes the owner's place out of the queue after a wait that did not end in the lock
-// (whatever ctx says: a place left behind would hold up the waiters behind until it
-// lapsed). If Redis cannot be told, the place lapses by itself.
+// leave takes the owner's place out of the queue after a wait that did not end in the lock.
 func (l *exclusive) leave(ctx context.Context) {
-	o := &l.o
-	ctx = context.WithoutCancel(ctx)
-	_ = o.lock(ctx)
-	defer o.unlock()
-	if o.count > 0 {
-		return // a re-entry, which never queues
-	}
-	f := l.fair
-	_, err := o.c.exec(ctx, lua.FairLeave, []string{o.name, f.queue, f.timeouts, l.channel},
-		[]string{o.id, o.c.fairWaitMs, o.c.publishCmd, "0"})
-	if err != nil {
-		o.c.log.Debug("fair lock place not given up; it lapses by itself", zap.String("name", o.name), zap.Error(o.wrap(err)))
-	}
+	o, f := &l.o, l.fair
+	o.withdraw(ctx, script{lua.FairLeave, []string{o.name, f.queue, f.timeouts, l.channel},
+		[]string{o.id, o.c.fairWaitMs, o.c.publishCmd, "0"}})
 }
 
 // keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts

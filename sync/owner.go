@@ -363,6 +363,22 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 	return nil
 }
 
+// withdraw runs s, which withdraws a waiter's claim on the object (a fair lock's place, a
+// writer's claim) after a wait that did not end in a hold — whatever ctx says: a claim left
+// behind would hold others up until it lapsed. If Redis cannot be told, it lapses by itself
+// (claims outlive their waiter's last attempt by the fair wait time at most).
+func (o *owner) withdraw(ctx context.Context, s script) {
+	ctx = context.WithoutCancel(ctx)
+	_ = o.lock(ctx)
+	defer o.unlock()
+	if o.count > 0 {
+		return // a re-entry, which never claims
+	}
+	if _, err := o.c.exec(ctx, s.s, s.keys, s.args); err != nil {
+		o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", zap.String("name", o.name), zap.Error(o.wrap(err)))
+	}
+}
+
 // ttl is the lease of the latest hold: the TTL a partial release keeps at least.
 func (o *owner) ttl() time.Duration {
 	if o.leaseD == 0 {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
-	"go.uber.org/zap"
 )
 
 // RWLock is a handle on a reentrant read-write lock, wire-compatible with Redisson's
@@ -156,20 +155,11 @@ func (l *RWLock) attempt(ctx context.Context, write bool, lease time.Duration, l
 	return c.keepAlive(ttl), ok, err
 }
 
-// leave drops the writer's claim after a wait that did not end in the lock (whatever ctx
-// says), and wakes the readers it held back. If Redis cannot be told, the claim lapses by
-// itself within the fair wait time.
+// leave drops the writer's claim after a wait that did not end in the lock, and wakes the
+// readers it held back.
 func (l *RWLock) leave(ctx context.Context) {
 	o := &l.w
-	ctx = context.WithoutCancel(ctx)
-	_ = o.lock(ctx)
-	defer o.unlock()
-	if o.count > 0 {
-		return
-	}
-	if _, err := o.c.exec(ctx, lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}); err != nil {
-		o.c.log.Debug("writer's claim not dropped; it lapses by itself", zap.String("name", o.name), zap.Error(o.wrap(err)))
-	}
+	o.withdraw(ctx, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}})
 }
 
 // RUnlock releases one read hold. Its guarantee and errors are Lock.Unlock's.

@@ -43,8 +43,8 @@ const goRedisPoolSize = 128
 
 func contenders() []contender {
 	return []contender{
-		{name: "latchkey", open: openLatchkey},
-		{name: "latchkey fair", note: "fair lock not built yet"},
+		{name: "latchkey", open: openLatchkey(false)},
+		{name: "latchkey fair", open: openLatchkey(true)},
 		{name: "redsync", peer: true, open: openRedsync},
 		{name: "redislock 10ms", peer: true, open: openRedislock(10 * time.Millisecond)},
 		{name: "redislock 100ms", peer: true, open: openRedislock(100 * time.Millisecond)},
@@ -53,30 +53,45 @@ func contenders() []contender {
 	}
 }
 
-// latchkey: one dsync.Client per session, one handle per worker.
+// latchkey: one dsync.Client per session, one handle per worker: a Lock, or with fair a
+// FairLock.
 
 type latchkeySession struct {
-	rdb rueidis.Client
-	c   *dsync.Client
+	rdb  rueidis.Client
+	c    *dsync.Client
+	fair bool
 }
 
-func openLatchkey(addr string) (session, error) {
-	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		return nil, err
+func openLatchkey(fair bool) func(string) (session, error) {
+	return func(addr string) (session, error) {
+		rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			return nil, err
+		}
+		c, err := dsync.New(rdb)
+		if err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		return &latchkeySession{rdb: rdb, c: c, fair: fair}, nil
 	}
-	c, err := dsync.New(rdb)
-	if err != nil {
-		rdb.Close()
-		return nil, err
-	}
-	return &latchkeySession{rdb: rdb, c: c}, nil
 }
 
-func (s *latchkeySession) mutex(key string) mutex { return latchkeyMutex{s.c.Lock(key)} }
-func (s *latchkeySession) close()                 { s.c.Close(); s.rdb.Close() }
+func (s *latchkeySession) mutex(key string) mutex {
+	if s.fair {
+		return latchkeyMutex{s.c.FairLock(key)}
+	}
+	return latchkeyMutex{s.c.Lock(key)}
+}
+func (s *latchkeySession) close() { s.c.Close(); s.rdb.Close() }
 
-type latchkeyMutex struct{ l *dsync.Lock }
+// latchkeyMutex is a *dsync.Lock or a *dsync.FairLock.
+type latchkeyMutex struct {
+	l interface {
+		Lock(ctx context.Context, opts ...dsync.LockOption) error
+		Unlock(ctx context.Context) error
+	}
+}
 
 func (m latchkeyMutex) lock(ctx context.Context) error   { return m.l.Lock(ctx) }
 func (m latchkeyMutex) unlock(ctx context.Context) error { return m.l.Unlock(ctx) }

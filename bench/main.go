@@ -354,10 +354,9 @@ func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdou
 }
 
 // sessions returns the sessions sc spreads its workers over. One client is the row's own
-// session, as in a single service instance. More are opened here, one per client as each
-// instance of a service has its own, and each is warmed up with as many lock cycles at once
-// as it will have workers, so that the timed window holds no dialling of connections; they
-// are closed by closeAll.
+// session, as in a single instance of a service. More are opened here, one per client as each
+// instance of a service has its own, warmed up (see warmUp) with the row's session holding
+// the lock, and closed by closeAll.
 func (r *row) sessions(ctx context.Context, addr string, sc scenario) (ss []session, closeAll func(), err error) {
 	if sc.clients == 1 {
 		return []session{r.s}, func() {}, nil
@@ -367,17 +366,17 @@ func (r *row) sessions(ctx context.Context, addr string, sc scenario) (ss []sess
 			s.close()
 		}
 	}
-	perClient := (sc.workers + sc.clients - 1) / sc.clients
 	for i := range sc.clients {
 		s, err := r.c.open(addr)
-		if err == nil {
-			ss = append(ss, s)
-			_, _, err = parallel(ctx, s, fmt.Sprintf("%s:warm:%d:", r.key, i), perClient, 0)
-		}
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("client %d of %d: %w", i+1, sc.clients, err)
 		}
+		ss = append(ss, s)
+	}
+	if err := warmUp(ctx, r.s, ss, r.key+":warm", (sc.workers+sc.clients-1)/sc.clients); err != nil {
+		closeAll()
+		return nil, nil, err
 	}
 	return ss, closeAll, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -94,8 +95,7 @@ func solo(ctx context.Context, s session, key string, dur time.Duration) (durati
 }
 
 // parallel runs lock+unlock from n goroutines, each on its own key, and returns the cycles
-// completed and the time they took. Each goroutine completes at least one cycle, so with dur
-// 0 it warms a fresh session up: n cycles at once dial what n workers will need.
+// completed and the time they took.
 func parallel(ctx context.Context, s session, prefix string, n int, dur time.Duration) (int64, time.Duration, error) {
 	var total atomic.Int64
 	errs := make(chan error, n)
@@ -105,7 +105,7 @@ func parallel(ctx context.Context, s session, prefix string, n int, dur time.Dur
 	for i := range n {
 		wg.Go(func() {
 			m := s.mutex(prefix + strconv.Itoa(i))
-			for first := true; first || time.Now().Before(stop); first = false {
+			for time.Now().Before(stop) {
 				if err := m.lock(ctx); err != nil {
 					errs <- err
 					return
@@ -125,6 +125,51 @@ func parallel(ctx context.Context, s session, prefix string, n int, dur time.Dur
 		return 0, 0, err
 	}
 	return total.Load(), elapsed, nil
+}
+
+// warmWait is how long each worker of a warm-up waits for a lock it cannot have: long
+// enough for a library to dial what waiting needs, a few round trips on loopback.
+const warmWait = 50 * time.Millisecond
+
+// warmUp has perSession goroutines of each of ss wait at once on key, held by holder, until
+// warmWait runs out; then holder releases it. As in a service that has been running, what a
+// session's waiters need — a pool's connections, latchkey's subscriber connection, which it
+// dials at the first wait — is then up before a timed window. Taking the held lock is an
+// overlap.
+func warmUp(ctx context.Context, holder session, ss []session, key string, perSession int) error {
+	h := holder.mutex(key)
+	if err := h.lock(ctx); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, warmWait)
+	defer cancel()
+	errs := make(chan error, len(ss)*perSession)
+	var wg gosync.WaitGroup
+	for i, s := range ss {
+		for range perSession {
+			wg.Go(func() {
+				switch err := s.mutex(key).lock(wctx); {
+				case err == nil:
+					errs <- fmt.Errorf("warm-up: client %d took a lock another client held", i+1)
+				case !cutOff(wctx, err):
+					errs <- fmt.Errorf("warm-up: client %d: %w", i+1, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	unlockErr := h.unlock(ctx)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return unlockErr
+}
+
+// cutOff tells whether err ended a wait because ctx's deadline came: a client library may
+// time its last request out by the deadline a moment before ctx itself reports it.
+func cutOff(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)
 }
 
 // contendedResult is what W workers looping on one lock achieved.
@@ -223,7 +268,7 @@ func contended(ctx context.Context, srv *server, ss []session, key string, sc sc
 			for time.Now().Before(stopAt) {
 				req := time.Now()
 				if err := m.lock(runCtx); err != nil {
-					if runCtx.Err() == nil {
+					if !cutOff(runCtx, err) {
 						errs <- fmt.Errorf("worker %d: lock: %w", id, err)
 					}
 					return

@@ -50,6 +50,11 @@ func LockPolicy(payload string) int {
 	return 0
 }
 
+// AllPolicy wakes every waiter on any message: for a channel whose waiters want different
+// things (a read-write lock's readers and writers), where the one waiter a 0 would wake may
+// be one that cannot proceed.
+func AllPolicy(string) int { return All }
+
 // CountPolicy wakes as many waiters as the payload's integer value (semaphore releases).
 func CountPolicy(payload string) int {
 	n, err := strconv.Atoi(payload)

@@ -98,6 +98,15 @@ func (o *owner) tryLock() bool {
 	}
 }
 
+// holds returns how many holds the owner knows it has.
+func (o *owner) holds(ctx context.Context) (int, error) {
+	if err := o.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer o.unlock()
+	return o.count, nil
+}
+
 // check validates what every Redis-touching call gets.
 func (o *owner) check(ctx context.Context) error {
 	if ctx == nil {

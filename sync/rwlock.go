@@ -112,12 +112,15 @@ func (l *RWLock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, erro
 func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Duration) (bool, error) {
 	c := l.r.c
 	if write {
-		if err := l.r.lock(ctx); err != nil {
+		reads, err := l.r.holds(ctx)
+		if err != nil {
 			return false, err
 		}
-		upgrade := l.r.count > 0 && l.w.count == 0
-		l.r.unlock()
-		if upgrade {
+		writes, err := l.w.holds(ctx)
+		if err != nil {
+			return false, err
+		}
+		if reads > 0 && writes == 0 {
 			return false, fmt.Errorf("%w: %q: the handle holds read locks and asks for the write lock", ErrWouldDeadlock, l.r.name)
 		}
 	}
@@ -129,7 +132,9 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 		_, ok, err := a(ctx)
 		return ok, err
 	}
-	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.LockPolicy, limit: limit, attempt: a})
+	// Every message wakes every waiter, a 0 too (a Java read release): the one waiter a 0
+	// wakes may be a reader held back by a writer's claim, which would swallow it.
+	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: limit, attempt: a})
 	if !ok && write {
 		l.leave(ctx)
 	}

@@ -15,8 +15,10 @@ import (
 // again — measured here, a 1 ms time.Sleep lasted 1.18 to 1.36 ms on average depending on the
 // library under test, more than the libraries' own hand-off costs differ, and longest for the
 // library whose reply lands during every hold (latchkey's, whose heir goes on before the
-// release's reply). Only the one holder sleeps this way at a time, so it costs one blocked
-// thread.
+// release's reply). In the contended scenarios only the one holder sleeps this way at a time,
+// so it costs one blocked thread; in the read-write scenario up to 17 do at once (rw.go),
+// and on a machine with few CPUs the threads coming back from it and the goroutines woken by
+// replies wait for one another's Ps, which adds the scheduler's latency to every request.
 func holdFor(d time.Duration) {
 	end := time.Now().Add(d)
 	for {

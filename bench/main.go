@@ -1,6 +1,7 @@
 // Command bench measures latchkey's lock against its peers — redsync, bsm/redislock,
 // rueidislock and the naive SET NX PX algorithm — on one Redis, in one run, and reports each
-// figure with its ratio to the best peer.
+// figure with its ratio to the best peer. It also measures how long a writer of latchkey's
+// read-write lock waits under continuous readers (rw.go), a lock no Go peer has.
 //
 //	cd bench && go run . [-redis ADDR] [-dur D] [-out DIR]
 //
@@ -57,8 +58,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.parallel, "parallel", 64, "goroutines (each on its own key) of the parallel scenario")
 	fs.IntVar(&o.scaleWaiters, "scale-waiters", 10000, "waiters of the waiters-at-scale scenario")
 	fs.IntVar(&o.scaleLocks, "scale-locks", 1000, "locks of the waiters-at-scale scenario")
-	fs.StringVar(&only, "only", "", "run only the contenders whose name contains one of these comma-separated `words` (profiling, short runs)")
-	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel and contended run (profiling; use with -only)")
+	fs.StringVar(&only, "only", "", "run only the contenders and read-write rows whose name contains one of these comma-separated `words` "+
+		"(profiling, short runs); naming no contender skips floor, solo, parallel, contended and waiters at scale: -only RWLock runs the read-write scenario alone")
+	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel, contended and read-write run (profiling; use with -only)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each scenario's time is split into, the contenders taking turns, so drift in the machine's speed hits all alike")
 	fs.BoolVar(&o.pin, "pin", true, "run the latency scenarios (floor, solo) with this process and the redis-server it started on one CPU (Linux)")
 	if err := fs.Parse(args); err != nil {
@@ -145,6 +147,7 @@ type results struct {
 	pinned  string // how the latency scenarios ran: on which CPU, or why not pinned
 	scale   scaleResult
 	rows    []row
+	rw      []rwRow
 	started time.Time
 }
 
@@ -234,39 +237,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := srv.flush(ctx); err != nil {
 		return err
 	}
-	// First, while the process is small, so its peak RSS is the scenario's own.
-	fmt.Fprintf(stdout, "waiters at scale: %d waiters on %d locks ...\n", o.scaleWaiters, o.scaleLocks)
-	if res.scale, err = scale(ctx, srv, o.scaleWaiters, o.scaleLocks); err != nil {
-		return fmt.Errorf("waiters at scale: %w", err)
+	if err := runLocks(ctx, srv, res, stdout); err != nil {
+		return err
 	}
-	pin := latencyPinning(o, srv, res, stdout)
-	unpin := pin()
-	res.ping, err = floor(ctx, srv.addr, min(o.dur, 2*time.Second))
-	unpin()
-	if err != nil {
-		return fmt.Errorf("floor: %w", err)
-	}
-	for _, c := range contenders() {
-		if !o.runs(c.name) {
-			continue
-		}
-		r := row{c: c, key: "bench:" + strings.ReplaceAll(c.name, " ", "-")}
-		if c.open != nil {
-			if r.s, r.err = c.open(srv.addr); r.err == nil {
-				defer r.s.close()
-			}
-		}
-		res.rows = append(res.rows, r)
-	}
-	runScenarios(ctx, srv, res.rows, o, stdout, pin)
-	var overlaps []string
-	for _, r := range res.rows {
-		for _, cr := range r.contended {
-			if cr.overlaps > 0 {
-				overlaps = append(overlaps, fmt.Sprintf("%s: %d overlaps at %v", r.c.name, cr.overlaps, cr.scenario))
-			}
-		}
-	}
+	res.rw = runRW(ctx, srv, o, stdout)
+	overlaps := res.overlaps()
 	fmt.Fprintln(stdout)
 	report := markdown(res)
 	fmt.Fprint(stdout, report)
@@ -277,14 +252,77 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "\nWrote %s/docs/benchmarks.md and its charts.\n", o.out)
 	}
 	if len(overlaps) > 0 {
-		return fmt.Errorf("MUTUAL EXCLUSION VIOLATED — two workers held a lock at once:\n  %s", strings.Join(overlaps, "\n  "))
+		return fmt.Errorf("MUTUAL EXCLUSION VIOLATED — two holders that exclude each other held a lock at once:\n  %s", strings.Join(overlaps, "\n  "))
 	}
 	for _, r := range res.rows {
 		if r.err != nil {
 			return fmt.Errorf("%s failed: %w", r.c.name, r.err)
 		}
 	}
+	for _, r := range res.rw {
+		if r.err != nil {
+			return fmt.Errorf("%s failed: %w", r.name, r.err)
+		}
+	}
 	return nil
+}
+
+// runLocks runs the scenarios of the lock contenders -only names (all by default): waiters
+// at scale, the floor, then runScenarios. When -only names none of them (-only RWLock), it
+// runs nothing, so that the read-write scenario can run alone.
+func runLocks(ctx context.Context, srv *server, res *results, stdout io.Writer) error {
+	o := res.opts
+	var cs []contender
+	for _, c := range contenders() {
+		if o.runs(c.name) {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	// First, while the process is small, so its peak RSS is the scenario's own.
+	fmt.Fprintf(stdout, "waiters at scale: %d waiters on %d locks ...\n", o.scaleWaiters, o.scaleLocks)
+	var err error
+	if res.scale, err = scale(ctx, srv, o.scaleWaiters, o.scaleLocks); err != nil {
+		return fmt.Errorf("waiters at scale: %w", err)
+	}
+	pin := latencyPinning(o, srv, res, stdout)
+	unpin := pin()
+	res.ping, err = floor(ctx, srv.addr, min(o.dur, 2*time.Second))
+	unpin()
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	for _, c := range cs {
+		r := row{c: c, key: "bench:" + strings.ReplaceAll(c.name, " ", "-")}
+		if c.open != nil {
+			if r.s, r.err = c.open(srv.addr); r.err == nil {
+				defer r.s.close()
+			}
+		}
+		res.rows = append(res.rows, r)
+	}
+	runScenarios(ctx, srv, res.rows, o, stdout, pin)
+	return nil
+}
+
+// overlaps lists every run in which two holders that exclude each other were inside at once.
+func (res *results) overlaps() []string {
+	var out []string
+	for _, r := range res.rows {
+		for _, cr := range r.contended {
+			if cr.overlaps > 0 {
+				out = append(out, fmt.Sprintf("%s: %d overlaps at %v", r.c.name, cr.overlaps, cr.scenario))
+			}
+		}
+	}
+	for _, r := range res.rw {
+		if r.res.overlaps > 0 {
+			out = append(out, fmt.Sprintf("%s: %d overlaps in the read-write scenario", r.name, r.res.overlaps))
+		}
+	}
+	return out
 }
 
 // runScenarios runs every scenario for every contender. Each scenario's time is split into
@@ -355,26 +393,37 @@ func runScenarios(ctx context.Context, srv *server, rows []row, o options, stdou
 
 // sessions returns the sessions sc spreads its workers over. One client is the row's own
 // session, as in a single instance of a service. More are opened here, one per client as each
-// instance of a service has its own, warmed up (see warmUp) with the row's session holding
-// the lock, and closed by closeAll.
+// instance of a service has its own, warmed up with the row's session holding the lock (see
+// openSessions), and closed by closeAll.
 func (r *row) sessions(ctx context.Context, addr string, sc scenario) (ss []session, closeAll func(), err error) {
 	if sc.clients == 1 {
 		return []session{r.s}, func() {}, nil
 	}
+	return openSessions(ctx, addr, r.c.open, r.s, sc.clients, (sc.workers+sc.clients-1)/sc.clients, r.key+":warm")
+}
+
+// openSessions opens n sessions with open and warms them up (see warmUp): perSession waiters
+// of each wait on key while holder holds it (nil: the first of the sessions). Their first
+// timed wait then finds what waiting needs already dialled, as in a service that has been
+// running. closeAll closes them.
+func openSessions(ctx context.Context, addr string, open func(string) (session, error), holder session, n, perSession int, key string) (ss []session, closeAll func(), err error) {
 	closeAll = func() {
 		for _, s := range ss {
 			s.close()
 		}
 	}
-	for i := range sc.clients {
-		s, err := r.c.open(addr)
+	for i := range n {
+		s, err := open(addr)
 		if err != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("client %d of %d: %w", i+1, sc.clients, err)
+			return nil, nil, fmt.Errorf("client %d of %d: %w", i+1, n, err)
 		}
 		ss = append(ss, s)
 	}
-	if err := warmUp(ctx, r.s, ss, r.key+":warm", (sc.workers+sc.clients-1)/sc.clients); err != nil {
+	if holder == nil {
+		holder = ss[0]
+	}
+	if err := warmUp(ctx, holder, ss, key, perSession); err != nil {
 		closeAll()
 		return nil, nil, err
 	}
@@ -413,6 +462,16 @@ func latencyPinning(o options, srv *server, res *results, stdout io.Writer) func
 
 func resetStats(ctx context.Context, srv *server) error {
 	return srv.admin.Do(ctx, srv.admin.B().ConfigResetstat().Build()).Error()
+}
+
+// countedSinceReset returns the commands Redis ran since resetStats (see countedCalls), and
+// whether INFO commandstats could be read.
+func countedSinceReset(ctx context.Context, srv *server) (int64, bool) {
+	info, err := readStats(ctx, srv)
+	if err != nil {
+		return 0, false
+	}
+	return countedCalls(info), true
 }
 
 // readStats returns INFO commandstats.

@@ -47,39 +47,57 @@ func durCol(head string, f func(r row) (time.Duration, bool)) column {
 // table renders rows in columns, then a row with latchkey's ratio to the best peer in each
 // column that has one.
 func table(b *strings.Builder, rows []row, cols []column) {
-	b.WriteString("| library |")
+	heads := []string{"library"}
+	ratios := []string{"**latchkey ÷ best peer**"}
 	for _, c := range cols {
-		b.WriteString(" " + c.head + " |")
+		heads = append(heads, c.head)
+		ratios = append(ratios, ratioCell(rows, c))
 	}
-	b.WriteString("\n|---|")
-	for range cols {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
+	var cells [][]string
 	for _, r := range rows {
-		fmt.Fprintf(b, "| %s |", r.c.name)
-		switch {
-		case r.c.open == nil:
-			fmt.Fprintf(b, " %s |%s\n", r.c.note, strings.Repeat(" |", len(cols)-1))
-			continue
-		case r.err != nil:
-			fmt.Fprintf(b, " failed: %v |%s\n", r.err, strings.Repeat(" |", len(cols)-1))
-			continue
+		cells = append(cells, append([]string{r.c.name}, rowCells(r, cols)...))
+	}
+	writeTable(b, heads, append(cells, ratios))
+}
+
+// rowCells are r's figures in cols; a row that was not run or failed says so in its first.
+func rowCells(r row, cols []column) []string {
+	switch {
+	case r.c.open == nil:
+		return []string{r.c.note}
+	case r.err != nil:
+		return []string{fmt.Sprintf("failed: %v", r.err)}
+	}
+	var cells []string
+	for _, c := range cols {
+		if v, ok := c.get(r); ok {
+			cells = append(cells, c.show(v))
+		} else {
+			cells = append(cells, "—")
 		}
-		for _, c := range cols {
-			if v, ok := c.get(r); ok {
-				b.WriteString(" " + c.show(v) + " |")
-			} else {
-				b.WriteString(" — |")
+	}
+	return cells
+}
+
+// writeTable writes a markdown table: a column of names, then right-aligned figures. A row
+// with fewer cells than heads is padded with empty ones.
+func writeTable(b *strings.Builder, heads []string, rows [][]string) {
+	b.WriteString("|")
+	for _, h := range heads {
+		b.WriteString(" " + h + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(heads)-1) + "\n")
+	for _, r := range rows {
+		b.WriteString("|")
+		for i := range heads {
+			var cell string
+			if i < len(r) {
+				cell = r[i]
 			}
+			b.WriteString(" " + cell + " |")
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("| **latchkey ÷ best peer** |")
-	for _, c := range cols {
-		b.WriteString(" " + ratioCell(rows, c) + " |")
-	}
-	b.WriteString("\n")
 }
 
 // ratioCell is latchkey's figure over the best peer's (best: highest or lowest, as the
@@ -116,22 +134,38 @@ func ratioCell(rows []row, c column) string {
 	return fmt.Sprintf("%.2f× (%s)", mine/best, bestName)
 }
 
+// markdown is the report of the scenarios that ran: the lock contenders', then the
+// read-write lock's.
 func markdown(res *results) string {
 	var b strings.Builder
-	o := res.opts
 	fmt.Fprintf(&b, "Redis %s on loopback; %d timed seconds per scenario and library; run %s.\n\n",
-		res.server, int(o.dur.Seconds()), res.started.UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "**Floor** — PING round trip: p50 %s, p99 %s.\n\n", fmtDur(res.ping.pct(50)), fmtDur(res.ping.pct(99)))
-	fmt.Fprintf(&b, "Floor and solo ran %s; parallel and contended on every CPU. "+
+		res.server, int(res.opts.dur.Seconds()), res.started.UTC().Format("2006-01-02 15:04 UTC"))
+	if len(res.rows) > 0 {
+		locksMarkdown(&b, res)
+	}
+	if len(res.rw) > 0 {
+		if len(res.rows) > 0 {
+			b.WriteString("\n")
+		}
+		rwMarkdown(&b, res.rw, res.opts.dur)
+	}
+	return b.String()
+}
+
+// locksMarkdown reports the floor, then latchkey's lock against its peers.
+func locksMarkdown(b *strings.Builder, res *results) {
+	o := res.opts
+	fmt.Fprintf(b, "**Floor** — PING round trip: p50 %s, p99 %s.\n\n", fmtDur(res.ping.pct(50)), fmtDur(res.ping.pct(99)))
+	fmt.Fprintf(b, "Floor and solo ran %s; parallel and contended on every CPU. "+
 		"Pinned, a latency is the round trip plus the CPU work a library makes the client and Redis do; "+
 		"unpinned, on a small VM, it swings 2–3× with whether the scheduler puts the two processes on one CPU.\n\n", res.pinned)
 
 	b.WriteString("**Solo** (one goroutine, lock+unlock of a free lock) and **parallel** (")
-	fmt.Fprintf(&b, "%d goroutines, each on its own key). Latency: lower is better; throughput: higher. ", o.parallel)
+	fmt.Fprintf(b, "%d goroutines, each on its own key). Latency: lower is better; throughput: higher. ", o.parallel)
 	b.WriteString("CPU per cycle: what one parallel lock+unlock cost this process (the library's client side) and the Redis server; " +
 		"client and server share the machine's CPUs, and Redis runs every command on one thread, so these bound the throughput " +
 		"and vary less from run to run than cycles/s do.\n\n")
-	table(&b, res.rows, []column{
+	table(b, res.rows, []column{
 		durCol("solo p50", func(r row) (time.Duration, bool) { return r.solo.pct(50), len(r.solo) > 0 }),
 		durCol("solo p99", func(r row) (time.Duration, bool) { return r.solo.pct(99), len(r.solo) > 0 }),
 		{head: "parallel cycles/s", higher: true, ratio: true,
@@ -140,7 +174,7 @@ func markdown(res *results) string {
 		durCol("client CPU/cycle", func(r row) (time.Duration, bool) { return r.parCPU.clientPer() }),
 		durCol("Redis CPU/cycle", func(r row) (time.Duration, bool) { return r.parCPU.serverPer() }),
 	})
-	fmt.Fprintf(&b, "\n**Contended** — W workers on one key, each looping request → hold %v → release → %v idle. "+
+	fmt.Fprintf(b, "\n**Contended** — W workers on one key, each looping request → hold %v → release → %v idle. "+
 		"On one client, all workers of a library take their locks through one session of it (latchkey: one rueidis client and one dsync.Client; "+
 		"a peer: its own client), as in one instance of a service; over C clients, each group of W/C workers has a session of its own, "+
 		"as instances of a service have, opened and warmed up before the timed window and closed after it. "+
@@ -161,8 +195,8 @@ func markdown(res *results) string {
 			}
 			return contendedResult{}, false
 		}
-		fmt.Fprintf(&b, "\n**Contended, %v** — %s.\n\n", sc, sc.describe())
-		table(&b, res.rows, []column{
+		fmt.Fprintf(b, "\n**Contended, %v** — %s.\n\n", sc, sc.describe())
+		table(b, res.rows, []column{
 			{head: "acq/s", higher: true, ratio: true,
 				get:  func(r row) (float64, bool) { c, ok := at(r); return c.perSec, ok },
 				show: func(v float64) string { return fmt.Sprintf("%.0f", v) }},
@@ -187,11 +221,96 @@ func markdown(res *results) string {
 		})
 	}
 	s := res.scale
-	fmt.Fprintf(&b, "\n**Waiters at scale** (latchkey) — %d goroutines waiting on %d locks through one Client: "+
+	fmt.Fprintf(b, "\n**Waiters at scale** (latchkey) — %d goroutines waiting on %d locks through one Client: "+
 		"all %d got their turn in %s after the holders released; %d subscriber connection(s) on the server; "+
 		"peak RSS of the benchmark process %.0f MiB.\n",
 		s.waiters, s.locks, s.waiters, fmtDur(s.total), s.subscribers, float64(s.peakRSS)/(1<<20))
-	return b.String()
+}
+
+// rwMarkdown reports the read-write scenario: one row per setup, then what the contrast row
+// showed.
+func rwMarkdown(b *strings.Builder, rows []rwRow, dur time.Duration) {
+	fmt.Fprintf(b, "**Read-write lock** — writer wait under continuous readers. %d readers each loop read lock → hold %v → release, "+
+		"started %v apart so that their holds overlap and a reader is almost always inside; one writer loops write lock → hold %v → release → %v idle. "+
+		"The holds are holdFor's nanosleep, as in the contended scenarios (with time.Sleep, whose timers fire in batches, the readers fall into step and leave gaps). "+
+		"The writer starts once every reader has been inside. "+
+		"Each row runs one window of %v, not split into rounds as the lock scenarios' time is: what it measures is how long the writer can be kept out, "+
+		"which rounds would cap. latchkey's RWLock prefers writers: a waiting writer puts a claim in the zset `{N}:rwlock_writers`, "+
+		"and new readers (not re-entries) wait while a live claim exists, so the readers inside drain and the writer gets in. "+
+		"On 1 client, all %d goroutines take their handles (one each) from one dsync.Client; over %d clients, each has a client of its own, "+
+		"warmed up as in the contended scenarios. "+
+		"In the Redisson-style row the readers do what a Java Redisson client's do — its read acquire and release scripts (REDISSON-LAYOUT §4.2, §4.3, "+
+		"as EVALSHA through one rueidis client, woken by its subscription to `redisson_rwlock:{N}`) — and know nothing of the claim, "+
+		"while the writer is latchkey's: a mixed fleet, without writer preference. "+
+		"Wait: request to acquisition; a request the window's end cut off counts as a wait of at least as long (≥). "+
+		"Overlaps: a writer inside together with a reader or another writer (must be 0). "+
+		"CPU/acq and cmds/acq: Redis server CPU and commands per acquisition, reads and writes together, counted as in the contended tables. "+
+		"No Go peer library has a distributed read-write lock, so there are no peer rows.\n\n",
+		rwReaders, holdTime, holdTime/rwReaders, holdTime, rwWriterIdle, dur, rwReaders+1, rwReaders+1)
+	heads := []string{"setup", "writer acq/s", "writer wait p50", "writer wait p99", "writer wait max",
+		"reader acq/s", "reader wait p99", "overlaps", "CPU/acq", "cmds/acq"}
+	var cells [][]string
+	for _, r := range rows {
+		cells = append(cells, append([]string{r.name}, r.cells()...))
+	}
+	writeTable(b, heads, cells)
+	b.WriteString(rwNote(rows))
+}
+
+// cells are the row's figures in rwMarkdown's columns; a row that failed says so.
+func (r rwRow) cells() []string {
+	if r.err != nil {
+		return []string{fmt.Sprintf("failed: %v", r.err)}
+	}
+	x := r.res
+	p50, p99, worst := x.writerWaits()
+	cpu, cmds := "—", "—"
+	if d, ok := x.cpu.serverPer(); ok {
+		cpu = fmtDur(d)
+	}
+	if v, ok := x.cmdsPerAcq(); ok {
+		cmds = fmt.Sprintf("%.2f", v)
+	}
+	return []string{fmt.Sprintf("%.1f", x.writesPerSec()), p50, p99, worst,
+		fmt.Sprintf("%.0f", x.readsPerSec()), fmtDur(x.readWait.pct(99)), fmt.Sprint(x.overlaps), cpu, cmds}
+}
+
+// writerWaits are the writer's wait p50, p99 and max. A request the window's end cut off had
+// waited at least pending: when the writer never got the lock, that is all three, flagged;
+// when it is longer than every wait that ended, it is the max, marked ≥.
+func (r rwResult) writerWaits() (p50, p99, worst string) {
+	if r.writes == 0 {
+		never := "≥ " + fmtDur(r.pending) + " (never acquired)"
+		return never, never, never
+	}
+	worst = fmtDur(r.writeWait.max())
+	if r.pending > r.writeWait.max() {
+		worst = "≥ " + fmtDur(r.pending)
+	}
+	return fmtDur(r.writeWait.pct(50)), fmtDur(r.writeWait.pct(99)), worst
+}
+
+// rwNote says, from its figures, what the contrast row showed.
+func rwNote(rows []rwRow) string {
+	for _, r := range rows {
+		if !r.contrast || r.err != nil {
+			continue
+		}
+		x := r.res
+		if x.writes == 0 {
+			return fmt.Sprintf("\nIn the Redisson-style row the writer never acquired the lock: it waited from its first request to the window's end (%s), "+
+				"while readers that do not see its claim kept the lock in read mode throughout (%.0f reads/s). "+
+				"In a mixed fleet, Java readers can keep a Go writer out for as long as they overlap. "+
+				"No reader of that row ever waited for the writer, so its reader wait (p99 %s) is what a read acquisition costs "+
+				"here with 17 goroutines busy: a baseline for the other rows' reader waits.\n",
+				fmtDur(x.pending), x.readsPerSec(), fmtDur(x.readWait.pct(99)))
+		}
+		_, _, worst := x.writerWaits()
+		return fmt.Sprintf("\nIn the Redisson-style row the writer acquired the lock %d times in %s (longest wait %s): "+
+			"the readers do not see its claim, so it got in only when they happened to leave the lock free all at once.\n",
+			x.writes, fmtDur(x.window), worst)
+	}
+	return ""
 }
 
 // writeOut writes docs/benchmarks.md and the charts under repo.

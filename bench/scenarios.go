@@ -315,8 +315,8 @@ func contended(ctx context.Context, srv *server, ss []session, key string, sc sc
 	r.counts, r.cpu, r.elapsed = counts, cpu1-cpu0, elapsed
 	r.overlaps = overlaps.Load()
 	if stats {
-		if info, err := readStats(ctx, srv); err == nil {
-			r.cmds, r.cmdsAcq = countedCalls(info), r.acquisitions
+		if n, ok := countedSinceReset(ctx, srv); ok {
+			r.cmds, r.cmdsAcq = n, r.acquisitions
 		}
 	}
 	r.derive()

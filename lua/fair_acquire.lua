@@ -12,8 +12,9 @@
 -- A waiter's deadline is at least its latest attempt plus its position (1 at the head) times
 -- wait, and every grant or departure ahead of it lowers the deadlines behind by one wait, as
 -- Redisson's scripts do. So a live waiter, which attempts at least every wait/3, is never
--- found stale at the head, and a dead one's place lapses one wait after its last attempt at
--- the latest once it reaches the head.
+-- found stale at the head, and a dead one's place lapses at the head one wait after its last
+-- attempt, plus one for every dead waiter dropped ahead of it (dropping a stale head moves no
+-- deadline: Java waiters' deadlines are only good for the position they were set for).
 local now, wait = tonumber(ARGV[5]), tonumber(ARGV[4])
 drop_stale(KEYS[2], KEYS[3], now)
 local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[1]))

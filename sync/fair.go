@@ -22,10 +22,12 @@ import (
 // A waiter keeps its place alive by attempting again at least every third of the Client's
 // fair wait time (WithFairLockWaitTimeout, by default the watchdog timeout). A waiter that
 // stops — its process died, or Redis was unreachable for that long — loses its place once
-// it reaches the head, at most the wait time after its last attempt; should it still be
-// waiting, its next attempt queues it again at the tail. So a crashed waiter holds up the
-// queue for the wait time at most, not Redisson's default of 5 minutes. Java processes
-// sharing the lock must use the same wait time (docs/redisson-interop.md).
+// it reaches the head and a wait time has passed since its last attempt (plus one for every
+// stopped waiter dropped ahead of it: as in Redisson, dropping a stale head does not move
+// the deadlines behind); should it still be waiting, its next attempt queues it again at the
+// tail. So each crashed waiter holds up the queue for one wait time at most — a process that
+// dies with k waiters queued, k wait times — not Redisson's default of 5 minutes each. Java
+// processes sharing the lock must use the same wait time (docs/redisson-interop.md).
 //
 // Fairness costs throughput under contention: every hand-over goes through Redis and the
 // next waiter's round trip, with no local hand-off.

@@ -375,7 +375,7 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 // withdraw runs s, which withdraws a waiter's claim on the object (a fair lock's place, a
 // writer's claim) after a wait that did not end in a hold — whatever ctx says: a claim left
 // behind would hold others up until it lapsed. If Redis cannot be told, it lapses by itself
-// (claims outlive their waiter's last attempt by the fair wait time at most).
+// (see FairLock and RWLock for when).
 func (o *owner) withdraw(ctx context.Context, s script) {
 	ctx = context.WithoutCancel(ctx)
 	_ = o.lock(ctx)

@@ -87,8 +87,10 @@ local function reenter(key, owner, holds, leaseMs)
 end
 
 -- drop_stale removes the fair lock's head waiters whose deadline has passed (§3.2): queue is
--- the list of waiting owners, timeouts the zset of their deadlines, now epoch ms.
-local function drop_stale(queue, timeouts, now)
+-- the list of waiting owners, timeouts the zset of their deadlines, leases the hash of
+-- latchkey waiters' leases (see hand_on), now epoch ms. As in Redisson, the deadlines behind
+-- do not move: a Java waiter's is good only for the place it was set for.
+local function drop_stale(queue, timeouts, leases, now)
     while true do
         local head = redis.call('lindex', queue, 0)
         if not head then
@@ -99,15 +101,29 @@ local function drop_stale(queue, timeouts, now)
             return
         end
         redis.call('zrem', timeouts, head)
+        redis.call('hdel', leases, head)
         redis.call('lpop', queue)
     end
 end
 
--- wake_head publishes message on the fair lock's head waiter's own channel, if there is one.
-local function wake_head(queue, channel, publish, message)
+-- hand_on passes a free fair lock to its head waiter, if there is one. A latchkey waiter —
+-- one with its lease in leases — is granted the lock (it leaves the queue and holds the lock
+-- once, with its lease) and told 2 on its own channel, so that it takes the lock with no
+-- attempt of its own; any other waiter (Java's) is told 0, Redisson's message, and attempts.
+local function hand_on(lock, queue, timeouts, leases, channel, publish)
     local head = redis.call('lindex', queue, 0)
-    if head then
-        redis.call(publish, channel .. ':' .. head, message)
+    if not head then
+        return
     end
+    local lease = redis.call('hget', leases, head)
+    if not lease then
+        redis.call(publish, channel .. ':' .. head, 0)
+        return
+    end
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, head)
+    redis.call('hdel', leases, head)
+    redis.call('hset', lock, head, 1)
+    redis.call('pexpire', lock, lease)
+    redis.call(publish, channel .. ':' .. head, 2)
 end
-

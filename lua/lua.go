@@ -74,25 +74,27 @@ var (
 	LockRenew = rueidis.NewLuaScriptNoSha(lockRenew)
 
 	// FairAcquire takes or re-enters a fair lock, or keeps the caller's place in its queue:
-	// KEYS [lock, queue, deadlines], ARGV [leaseMs, owner, holdsKnown, waitMs, nowMs, queue
-	// (1/0)]. It replies as LockAcquire, except that a waiter gets the ms until the lock may
-	// come to it with no message. A queued waiter's deadline is refreshed by every attempt.
+	// KEYS [lock, queue, deadlines, leases], ARGV [leaseMs, owner, holdsKnown, waitMs, nowMs,
+	// queue (1/0)]. It replies as LockAcquire, except that a waiter gets the ms until the lock
+	// may come to it with no message. A queued waiter's deadline is refreshed by every
+	// attempt, and its lease recorded, so that a release can grant it the lock.
 	FairAcquire = rueidis.NewLuaScript(lib + fairAcquire)
 
-	// FairRelease drops one hold of a fair lock and, when it frees the lock, tells the head
-	// waiter on its own channel: KEYS [lock, queue, deadlines, channel, owner's latch], ARGV
-	// [message, leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, nowMs]. It
+	// FairRelease drops one hold of a fair lock and, when it frees the lock, passes it to the
+	// head waiter: KEYS [lock, queue, deadlines, leases, channel, owner's latch], ARGV
+	// [leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, nowMs]. A latchkey
+	// waiter is granted the lock and told 2 on its own channel, a Java waiter told 0. It
 	// replies nil (not held), 0 (still held) or 1 (freed), numbered as LockRelease.
 	FairRelease = rueidis.NewLuaScript(lib + fairRelease)
 
-	// FairForceRelease deletes a fair lock whoever holds it and tells the head waiter: KEYS
-	// [lock, queue, deadlines, channel], ARGV [message, publishCmd, nowMs]. It replies 1 if a
-	// lock was deleted.
+	// FairForceRelease deletes a fair lock whoever holds it and passes it to the head
+	// waiter: KEYS [lock, queue, deadlines, leases, channel], ARGV [publishCmd, nowMs]. It
+	// replies 1 if a lock was deleted.
 	FairForceRelease = rueidis.NewLuaScript(lib + fairForceRelease)
 
-	// FairLeave takes a waiter out of a fair lock's queue, moving the waiters behind it up:
-	// KEYS [lock, queue, deadlines, channel], ARGV [owner, waitMs, publishCmd, message]. It
-	// replies 1 if the owner had a place.
+	// FairLeave takes a waiter out of a fair lock's queue, releasing a grant it never learned
+	// of: KEYS [lock, queue, deadlines, leases, channel], ARGV [owner, publishCmd]. It replies
+	// 1 if the owner had been granted the lock.
 	FairLeave = rueidis.NewLuaScript(lib + fairLeave)
 
 	// ReadAcquire takes or re-enters a read lock of a read-write lock: KEYS [lock, owner's

@@ -75,6 +75,11 @@ type Options struct {
 	Logger *zap.Logger
 	// CommandTimeout bounds each SUBSCRIBE/UNSUBSCRIBE round trip; 0 means 5 s.
 	CommandTimeout time.Duration
+	// Linger keeps a channel subscribed that long after its last waiter left, so that a
+	// waiter coming back soon (a handle taking its lock in a loop) finds it subscribed: no
+	// SUBSCRIBE and UNSUBSCRIBE per wait, and no re-check for a message it could have missed
+	// while subscribing (see Listen). 0: unsubscribe at once.
+	Linger time.Duration
 }
 
 // Mux is a channel multiplexer over one subscriber connection. It is safe for concurrent use.
@@ -84,9 +89,12 @@ type Mux struct {
 	log     *zap.Logger
 	timeout time.Duration
 
+	linger time.Duration
+
 	mu       sync.Mutex
 	channels map[string]*channel
 	dirty    map[string]struct{}
+	next     time.Time // when the earliest lingering channel is due to be left
 	closed   bool
 	err      error // why the Mux stopped: ErrClosed, or the rueidis client closed
 
@@ -107,13 +115,17 @@ type channel struct {
 	waiters    []*Waiter // in registration order: wake-one picks the longest-waiting first
 	subscribed bool      // confirmed by the server on the current connection
 	hint       time.Time // when the awaited state may change with no message; see Hint
+	idle       time.Time // when its last waiter left
+	last       string    // the latest message's payload
+	messages   uint64    // messages received
 }
 
 // Waiter is one local waiter's registration on a channel.
 type Waiter struct {
-	m  *Mux
-	ch *channel
-	c  chan struct{}
+	m    *Mux
+	ch   *channel
+	c    chan struct{}
+	seen uint64 // the channel's message count when the waiter registered
 }
 
 // New returns a Mux on client and starts its connection goroutine. client is not closed by
@@ -135,6 +147,7 @@ func New(client rueidis.Client, opts Options) *Mux {
 		mode:     opts.Mode,
 		log:      log,
 		timeout:  timeout,
+		linger:   opts.Linger,
 		channels: make(map[string]*channel),
 		dirty:    make(map[string]struct{}),
 		kick:     make(chan struct{}, 1),
@@ -168,6 +181,41 @@ func (m *Mux) Subscribe(name string, policy Policy) (*Waiter, error) {
 		m.markDirty(name)
 	}
 	return w, nil
+}
+
+// Listen registers a waiter on name before the caller's first check, and reports whether
+// the channel is already subscribed. If it is, every message from now on reaches the waiter,
+// which is not signalled now: a check made after Listen cannot miss a message. If it is not,
+// the waiter is signalled once the subscription is confirmed, as with Subscribe, and must
+// check again then.
+func (m *Mux) Listen(name string, policy Policy) (*Waiter, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return nil, false, m.err
+	}
+	ch := m.channels[name]
+	if ch == nil {
+		ch = &channel{name: name, policy: policy}
+		m.channels[name] = ch
+	}
+	w := m.addLocked(ch)
+	if !ch.subscribed {
+		m.markDirty(name)
+	}
+	return w, ch.subscribed, nil
+}
+
+// Last returns the payload of the latest message on the waiter's channel since it
+// registered, or "" if none came.
+func (w *Waiter) Last() string {
+	m := w.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w.ch == nil || w.ch.messages == w.seen {
+		return ""
+	}
+	return w.ch.last
 }
 
 // Waiters returns how many local waiters name has: for diagnostics and tests.
@@ -219,7 +267,7 @@ func (m *Mux) Join(name string) (*Waiter, time.Time) {
 
 // addLocked registers a new waiter at the end of ch's queue. Caller holds m.mu.
 func (m *Mux) addLocked(ch *channel) *Waiter {
-	w := &Waiter{m: m, ch: ch, c: make(chan struct{}, 1)}
+	w := &Waiter{m: m, ch: ch, c: make(chan struct{}, 1), seen: ch.messages}
 	ch.waiters = append(ch.waiters, w)
 	return w
 }
@@ -287,6 +335,7 @@ func (w *Waiter) Close() {
 	default:
 	}
 	if len(ch.waiters) == 0 && !m.closed {
+		ch.idle = time.Now()
 		m.markDirty(ch.name)
 	}
 }
@@ -379,6 +428,8 @@ func (m *Mux) onMessage(msg rueidis.PubSubMessage) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ch := m.channels[msg.Channel]; ch != nil && ch.subscribed {
+		ch.last = msg.Message
+		ch.messages++
 		wakeN(ch, ch.policy(msg.Message))
 	}
 }
@@ -413,8 +464,10 @@ func (m *Mux) run() {
 		c       *conn
 		backoff time.Duration
 		retry   = time.NewTimer(time.Hour)
+		linger  = time.NewTimer(time.Hour) // the earliest lingering channel is due
 	)
 	retry.Stop()
+	linger.Stop()
 	defer func() {
 		if c != nil {
 			c.dc.Close()
@@ -430,6 +483,7 @@ func (m *Mux) run() {
 			return
 		case <-m.kick:
 		case <-retry.C:
+		case <-linger.C:
 		case err := <-broken:
 			if m.clientClosed(err) {
 				return
@@ -440,6 +494,12 @@ func (m *Mux) run() {
 			m.resetAll()
 		}
 		err := m.sync(&c)
+		m.mu.Lock()
+		next := m.next
+		m.mu.Unlock()
+		if !next.IsZero() {
+			linger.Reset(time.Until(next))
+		}
 		if err == nil {
 			backoff = 0
 			continue
@@ -515,18 +575,26 @@ const maxChannelsPerCommand = 512
 func (m *Mux) sync(c **conn) error {
 	m.mu.Lock()
 	var join, leave []string
+	now := time.Now()
+	m.next = time.Time{}
 	for name := range m.dirty {
 		ch := m.channels[name]
-		delete(m.dirty, name)
 		switch {
 		case ch == nil:
 		case len(ch.waiters) > 0 && !ch.subscribed:
 			join = append(join, name)
+		case len(ch.waiters) == 0 && ch.subscribed && now.Sub(ch.idle) < m.linger:
+			// lingering: stays dirty, to be left when due
+			if due := ch.idle.Add(m.linger); m.next.IsZero() || due.Before(m.next) {
+				m.next = due
+			}
+			continue
 		case len(ch.waiters) == 0 && ch.subscribed:
 			leave = append(leave, name)
 		case len(ch.waiters) == 0:
 			delete(m.channels, name)
 		}
+		delete(m.dirty, name)
 	}
 	m.mu.Unlock()
 

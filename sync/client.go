@@ -19,6 +19,10 @@ import (
 	"go.uber.org/zap"
 )
 
+// subscriptionLinger is how long a channel stays subscribed after its last local waiter
+// left: long enough for a handle taking its lock in a loop to find its channel subscribed.
+const subscriptionLinger = time.Second
+
 // DefaultWatchdogTimeout is the lease a lock taken without an explicit lease gets, renewed
 // every third of it while held; Redisson's lockWatchdogTimeout default.
 const DefaultWatchdogTimeout = 30 * time.Second
@@ -259,7 +263,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c.wd = wd
-	c.mux = pubsub.New(rdb, pubsub.Options{Mode: mode, Logger: cfg.log})
+	c.mux = pubsub.New(rdb, pubsub.Options{Mode: mode, Logger: cfg.log, Linger: subscriptionLinger})
 	c.janitor = newJanitor(rdb, cfg.log)
 	return c, nil
 }

@@ -14,23 +14,25 @@ import (
 // It has Lock's methods and guarantees; what differs is who gets the lock.
 //
 // Waiters get the lock in the order they first attempted it, across every Client and every
-// Java process on the same name. A release tells only the head waiter, on its own channel
-// (redisson_lock__channel:{name}:<owner ID>); nobody else attempts. A TryLock without wait
-// time takes the lock only when nobody is queued, and never queues. A waiter whose wait
-// ends (its context, its wait time) leaves the queue, and the waiters behind move up.
+// Java process on the same name. A release hands the lock to the head waiter and tells only
+// it, on its own channel (redisson_lock__channel:{name}:<owner ID>): a latchkey waiter is
+// granted the lock by the release itself and returns from Lock with no request of its own;
+// a Java waiter is told to attempt, as Redisson does. Nobody else attempts. A TryLock
+// without wait time takes the lock only when nobody is queued, and never queues. A waiter
+// whose wait ends (its context, its wait time) leaves the queue; a lock granted to it at
+// that moment is passed on.
 //
 // A waiter keeps its place alive by attempting again at least every third of the Client's
 // fair wait time (WithFairLockWaitTimeout, by default the watchdog timeout). A waiter that
 // stops — its process died, or Redis was unreachable for that long — loses its place once
-// it reaches the head and a wait time has passed since its last attempt (plus one for every
-// stopped waiter dropped ahead of it: as in Redisson, dropping a stale head does not move
-// the deadlines behind); should it still be waiting, its next attempt queues it again at the
-// tail. So each crashed waiter holds up the queue for one wait time at most — a process that
-// dies with k waiters queued, k wait times — not Redisson's default of 5 minutes each. Java
-// processes sharing the lock must use the same wait time (docs/redisson-interop.md).
+// it reaches the head, one wait time after its last attempt; should it still be waiting,
+// its next attempt queues it again at the tail. So a crashed waiter holds up the queue for
+// one wait time at most, not Redisson's default of 5 minutes. Java processes sharing the
+// lock must use the same wait time (docs/redisson-interop.md).
 //
-// Fairness costs throughput under contention: every hand-over goes through Redis and the
-// next waiter's round trip, with no local hand-off.
+// Choose it over Lock when many instances contend for one lock: a Lock's release wakes a
+// waiter in every Client (Redisson's protocol), which all attempt; a FairLock's wakes one.
+// Within one Client, Lock's local hand-off is faster.
 type FairLock struct{ exclusive }
 
 // FairLock returns a handle on the fair lock called name (the Redis key of its hash). It
@@ -40,29 +42,54 @@ func (c *Client) FairLock(name string) *FairLock {
 	l.init(c, name, &fairKeys{
 		queue:    prefixName("redisson_lock_queue", name),
 		timeouts: prefixName("redisson_lock_timeout", name),
+		leases:   suffixName(name, "fair_leases"),
 	})
 	return l
 }
 
-// fairKeys are a fair lock's keys besides its hash: the queue of waiting owners, and the
-// zset of their deadlines.
-type fairKeys struct{ queue, timeouts string }
+// fairKeys are a fair lock's keys besides its hash: the queue of waiting owners, the zset
+// of their deadlines, and the hash of latchkey waiters' leases, which lets a release grant a
+// waiter the lock.
+type fairKeys struct{ queue, timeouts, leases string }
+
+// keys are the fair lock's keys, then more.
+func (l *exclusive) keys(more ...string) []string {
+	f := l.fair
+	return append([]string{l.o.name, f.queue, f.timeouts, f.leases}, more...)
+}
 
 // leave takes the owner's place out of the queue after a wait that did not end in the lock.
 func (l *exclusive) leave(ctx context.Context) {
-	o, f := &l.o, l.fair
-	o.withdraw(ctx, script{lua.FairLeave, []string{o.name, f.queue, f.timeouts, l.channel},
-		[]string{o.id, o.c.fairWaitMs, o.c.publishCmd, "0"}})
+	o := &l.o
+	o.withdraw(ctx, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd}})
 }
 
 // keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts
-// again within a third of the fair wait time: a place in a fair lock's queue, or a waiting
-// writer's claim, lapses a wait time after its last attempt.
-func (c *Client) keepAlive(ttl int64) int64 {
-	if every := c.fairWait.Milliseconds() / 3; ttl < 0 || ttl > every {
-		return every
+// again within a third of the fair wait time — a place in a fair lock's queue, or a waiting
+// writer's claim, lapses a wait time after its last attempt — and of the lease it asks for
+// (0: the watchdog's): a lock granted to it is timed from its last attempt.
+func (c *Client) keepAlive(ttl int64, lease time.Duration) int64 {
+	if lease == 0 {
+		lease = c.wdTimeout
+	}
+	if every := min(c.fairWait, lease).Milliseconds() / 3; ttl < 0 || ttl > every {
+		return max(every, 1)
 	}
 	return ttl
+}
+
+// granted is the message that tells a fair lock's waiter that a release granted it the lock.
+const granted = "2"
+
+// takeGrant records the hold of a waiter granted the lock, timed from its last attempt: the
+// grant, and its lease, came after that attempt.
+func (o *owner) takeGrant(lease time.Duration) (bool, error) {
+	if err := o.lock(context.Background()); err != nil {
+		return false, err
+	}
+	defer o.unlock()
+	err := o.took(o.sent, lease, 0)
+	return err == nil, err
 }
 
 // nowMs is the wall clock in epoch ms, as Redisson's fair lock scripts take it: processes

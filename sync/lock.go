@@ -181,6 +181,12 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	o.unlock()
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
 	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
+	if l.fair != nil {
+		// The waiter's own channel: it listens before its first attempt, and a release may
+		// grant it the lock (message 2) rather than tell it to attempt (0).
+		w.policy, w.early = pubsub.AllPolicy, true
+		w.granted = func() (bool, error) { return o.takeGrant(lease) }
+	}
 	if join && o.c.maxHandoff > 0 {
 		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs, attempt: a}
 		w.heir = &a.heir
@@ -210,14 +216,14 @@ func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
 func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, queue bool) (int64, bool, error) {
 	o := &l.o
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
-		if f := l.fair; f != nil {
-			return script{lua.FairAcquire, []string{o.name, f.queue, f.timeouts},
+		if l.fair != nil {
+			return script{lua.FairAcquire, l.keys(),
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(queue)}}
 		}
 		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
 	})
 	if l.fair != nil {
-		ttl = o.c.keepAlive(ttl)
+		ttl = o.c.keepAlive(ttl, lease)
 	}
 	return ttl, ok, err
 }
@@ -248,11 +254,12 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 		if last && l.fair == nil && o.run < o.c.maxHandoff && !o.c.isClosed() {
 			h = o.c.heirs.reserve(o.name)
 		}
-		args := []string{"0", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
-			strconv.Itoa(o.count), n}
-		if f := l.fair; f != nil {
-			return script{lua.FairRelease, []string{o.name, f.queue, f.timeouts, l.channel, latch}, append(args, nowMs())}, nil
+		leaseMs := strconv.FormatInt(o.ttl().Milliseconds(), 10)
+		if l.fair != nil {
+			return script{lua.FairRelease, l.keys(l.channel, latch),
+				[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n, nowMs()}}, nil
 		}
+		args := []string{"0", leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n}
 		if h != nil {
 			args = append(args, h.o.id, h.leaseMs)
 		}
@@ -269,8 +276,8 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	script, keys, args := lua.LockForceRelease, []string{o.name, l.channel}, []string{"0", o.c.publishCmd}
-	if f := l.fair; f != nil {
-		script, keys, args = lua.FairForceRelease, []string{o.name, f.queue, f.timeouts, l.channel}, append(args, nowMs())
+	if l.fair != nil {
+		script, keys, args = lua.FairForceRelease, l.keys(l.channel), []string{o.c.publishCmd, nowMs()}
 	}
 	n, err := script.Exec(ctx, o.c.rdb, keys, args).AsInt64()
 	if err != nil {

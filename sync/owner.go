@@ -51,6 +51,7 @@ type owner struct {
 	unsettled *request // a numbered request whose outcome is unknown, repeated before the next
 	unsure    bool     // an acquire's outcome is unknown: Redis may count a hold the owner does not
 
+	sent   time.Time     // when the latest acquire request was sent
 	count  int           // holds as last known
 	leaseD time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
 	run    int           // consecutive local hand-offs that led to the current hold
@@ -257,6 +258,7 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		return 0, false, o.lost("re-entry after the lease was lost")
 	}
 	sent := time.Now()
+	o.sent = sent
 	r := req()
 	msg, err := o.c.exec(ctx, r.s, r.keys, r.args)
 	if err != nil {

@@ -157,7 +157,7 @@ func (l *RWLock) attempt(ctx context.Context, write bool, lease time.Duration, l
 		return script{lua.WriteAcquire, []string{o.name, l.writers},
 			[]string{leaseMs, o.id, strconv.Itoa(o.count), nowMs(), c.fairWaitMs, flag(waiting)}}
 	})
-	return c.keepAlive(ttl), ok, err
+	return c.keepAlive(ttl, lease), ok, err
 }
 
 // leave drops the writer's claim after a wait that did not end in the lock, and wakes the

@@ -23,6 +23,12 @@ type wait struct {
 	attempt attempter
 	// heir, if not nil, is queued while waiting for a local release to hand the lock to.
 	heir *heir
+	// early registers on the channel before the first attempt: for a waiter's own channel,
+	// which lingers subscribed between its waits, so that a waiter coming back needs no
+	// second attempt for a message it might have missed while subscribing.
+	early bool
+	// granted, if not nil, takes what a message "2" (granted) says a release gave the waiter.
+	granted func() (bool, error)
 }
 
 // An attempter makes one attempt. ttl is in ms, negative when unknown: on failure, when the
@@ -54,6 +60,20 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 			}
 			return c.await(ctx, w, sub, deadline, ttl, false)
 		}
+	}
+	if w.early {
+		// Subscribed already, the waiter misses nothing from here on; if not, it is signalled
+		// when the subscription is confirmed, and attempts again.
+		sub, _, err := c.mux.Listen(w.channel, w.policy)
+		if err != nil {
+			return false, c.waitEnded(err)
+		}
+		ttl, ok, err := w.attempt.attempt(ctx)
+		if ok || err != nil || w.limit == 0 {
+			sub.Close()
+			return ok, err
+		}
+		return c.await(ctx, w, sub, deadline, ttl, true)
 	}
 	ttl, ok, err := w.attempt.attempt(ctx)
 	if ok || err != nil || w.limit == 0 {
@@ -115,6 +135,9 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		select {
 		case <-sub.C():
 			woken = true
+			if w.granted != nil && sub.Last() == granted {
+				return w.granted()
+			}
 		case <-timer.C:
 		case got := <-verdicts:
 			v = &got

@@ -27,8 +27,10 @@ import (
 // stops — its process died, or Redis was unreachable for that long — loses its place once
 // it reaches the head, one wait time after its last attempt; should it still be waiting,
 // its next attempt queues it again at the tail. So a crashed waiter holds up the queue for
-// one wait time at most, not Redisson's default of 5 minutes. Java processes sharing the
-// lock must use the same wait time (docs/redisson-interop.md).
+// one wait time, not Redisson's default of 5 minutes — or, when a release hands it the lock
+// within that time, until the lease it asked for runs out (by default the watchdog timeout,
+// as long as the wait time). Java processes sharing the lock must use the same wait time
+// (docs/redisson-interop.md).
 //
 // Choose it over Lock when many instances contend for one lock: a Lock's release wakes a
 // waiter in every Client (Redisson's protocol), which all attempt; a FairLock's wakes one.

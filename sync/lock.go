@@ -26,6 +26,15 @@ import (
 // only its reply tells what it did, and a handle never acts on a guess. For the same reason a
 // waiter being handed the lock by a local release as its context ends waits for that
 // release's reply (within the retry budget) and, handed, succeeds.
+//
+// When to choose FairLock instead: Lock is Redisson's non-fair lock, whose release wakes one
+// waiter in every Client (and Java process) that waits, and they race. Within one Client
+// that is one waiter and the local hand-off serves waiters in order, which makes Lock the
+// faster of the two; across many instances each contending for one lock, every release costs
+// a failed attempt per instance, and an instance with several waiters keeps the lock for up
+// to WithLocalHandoff hand-offs in a row while the others wait. There a FairLock, whose
+// release hands the lock to the next waiter alone, costs Redis a fraction and serves every
+// instance in turn (docs/benchmarks.md: 64 workers over 64 and over 8 Clients).
 type Lock struct{ exclusive }
 
 // Lock returns a handle on the lock called name (the Redis key). It makes no network call;

@@ -107,23 +107,26 @@ local function drop_stale(queue, timeouts, leases, now)
 end
 
 -- hand_on passes a free fair lock to its head waiter, if there is one. A latchkey waiter —
--- one with its lease in leases — is granted the lock (it leaves the queue and holds the lock
--- once, with its lease) and told 2 on its own channel, so that it takes the lock with no
--- attempt of its own; any other waiter (Java's) is told 0, Redisson's message, and attempts.
+-- one with an entry "<lease ms>:<token>" in leases — is granted the lock (it leaves the
+-- queue and holds the lock once, with its lease) and told its wait's token on its own
+-- channel, so that it takes the lock with no attempt of its own: the token names the wait
+-- granted, and a message that reaches a later wait of the same owner is not taken for a
+-- grant. Any other waiter (Java's) is told 0, Redisson's message, and attempts.
 local function hand_on(lock, queue, timeouts, leases, channel, publish)
     local head = redis.call('lindex', queue, 0)
     if not head then
         return
     end
-    local lease = redis.call('hget', leases, head)
-    if not lease then
+    local entry = redis.call('hget', leases, head)
+    if not entry then
         redis.call(publish, channel .. ':' .. head, 0)
         return
     end
+    local lease, token = string.match(entry, '^(%d+):(%d+)$')
     redis.call('lpop', queue)
     redis.call('zrem', timeouts, head)
     redis.call('hdel', leases, head)
     redis.call('hset', lock, head, 1)
     redis.call('pexpire', lock, lease)
-    redis.call(publish, channel .. ':' .. head, 2)
+    redis.call(publish, channel .. ':' .. head, token)
 end

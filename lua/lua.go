@@ -75,7 +75,7 @@ var (
 
 	// FairAcquire takes or re-enters a fair lock, or keeps the caller's place in its queue:
 	// KEYS [lock, queue, deadlines, leases], ARGV [leaseMs, owner, holdsKnown, waitMs, nowMs,
-	// queue (1/0)]. It replies as LockAcquire, except that a waiter gets the ms until the lock
+	// queue (1/0), token]. It replies as LockAcquire, except that a waiter gets the ms until the lock
 	// may come to it with no message. A queued waiter's deadline is refreshed by every
 	// attempt, and its lease recorded, so that a release can grant it the lock.
 	FairAcquire = rueidis.NewLuaScript(lib + fairAcquire)
@@ -83,7 +83,8 @@ var (
 	// FairRelease drops one hold of a fair lock and, when it frees the lock, passes it to the
 	// head waiter: KEYS [lock, queue, deadlines, leases, channel, owner's latch], ARGV
 	// [leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, nowMs]. A latchkey
-	// waiter is granted the lock and told 2 on its own channel, a Java waiter told 0. It
+	// waiter is granted the lock and told its wait's token on its own channel, a Java waiter
+	// told 0. It
 	// replies nil (not held), 0 (still held) or 1 (freed), numbered as LockRelease.
 	FairRelease = rueidis.NewLuaScript(lib + fairRelease)
 
@@ -93,7 +94,8 @@ var (
 	FairForceRelease = rueidis.NewLuaScript(lib + fairForceRelease)
 
 	// FairLeave takes a waiter out of a fair lock's queue, releasing a grant it never learned
-	// of: KEYS [lock, queue, deadlines, leases, channel], ARGV [owner, publishCmd]. It replies
+	// of: KEYS [lock, queue, deadlines, leases, channel], ARGV [owner, publishCmd, nowMs]. It
+	// replies
 	// 1 if the owner had been granted the lock.
 	FairLeave = rueidis.NewLuaScript(lib + fairLeave)
 

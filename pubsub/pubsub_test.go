@@ -815,3 +815,181 @@ func TestJoinQueuesBehindWaiters(t *testing.T) {
 		wantSignalled(t, `"0" after the first left`, []*Waiter{joined}, 0)
 	})
 }
+
+// Listen on a channel not yet subscribed: not ready, and signalled once the subscription is
+// confirmed (the caller's check made before then could have missed a message); a message
+// published afterwards reaches the waiter, and Last tells its payload.
+func TestListenNotReadySignalledOnConfirmation(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		pub := b.Client(t)
+		m := newMux(t, b.Client(t), Options{})
+		w, ready, err := m.Listen("own", AllPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if ready {
+			t.Fatal("Listen on a channel never subscribed reported it ready")
+		}
+		waitSignal(t, w, "confirmation")
+		if !m.Subscribed("own") {
+			t.Fatal("signalled before the subscription was confirmed")
+		}
+		if got := w.Last(); got != "" {
+			t.Fatalf("Last before any message = %q, want \"\" (the confirmation is no message)", got)
+		}
+		if n := publish(t, pub, "own", "2"); n != 1 {
+			t.Fatalf("PUBLISH reached %d subscribers, want 1", n)
+		}
+		waitSignal(t, w, "message after Listen")
+		if got := w.Last(); got != "2" {
+			t.Fatalf("Last = %q, want \"2\"", got)
+		}
+	})
+}
+
+// Listen on a subscribed channel: ready, and not signalled (nothing can have been missed);
+// every message from then on reaches it. Last is the latest payload since the waiter
+// registered: a waiter registered after a message does not see it.
+func TestListenOnSubscribedChannelReadyNotSignalled(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		pub := b.Client(t)
+		m := newMux(t, b.Client(t), Options{})
+		s := newSentinel(t, m, pub)
+		first := subscribeN(t, m, "own", AllPolicy, 1)[0]
+		w, ready, err := m.Listen("own", AllPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if !ready {
+			t.Fatal("Listen on a subscribed channel reported it not ready")
+		}
+		s.flush(t)
+		if take(w) {
+			t.Fatal("Listen on a subscribed channel signalled the waiter")
+		}
+		if take(first) {
+			t.Fatal("a new waiter's registration signalled an existing waiter")
+		}
+		if got := w.Last(); got != "" {
+			t.Fatalf("Last before any message = %q, want \"\"", got)
+		}
+
+		// Two messages before the waiter looks: it is signalled once, and Last is the latest.
+		publish(t, pub, "own", "0")
+		publish(t, pub, "own", "2")
+		s.flush(t)
+		wantSignalled(t, "two messages", []*Waiter{first, w}, 0, 1)
+		if got := w.Last(); got != "2" {
+			t.Fatalf("Last after 0 then 2 = %q, want \"2\"", got)
+		}
+
+		// A waiter registered after the message: Last is "" until a message comes after it.
+		late, ready, err := m.Listen("own", AllPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer late.Close()
+		if !ready {
+			t.Fatal("Listen on a subscribed channel reported it not ready")
+		}
+		if got := late.Last(); got != "" {
+			t.Fatalf("Last of a waiter registered after a message = %q, want \"\"", got)
+		}
+		if got := w.Last(); got != "2" {
+			t.Fatalf("Last of the earlier waiter = %q after another registered, want \"2\"", got)
+		}
+		publish(t, pub, "own", "0")
+		s.flush(t)
+		wantSignalled(t, "message after the late waiter", []*Waiter{first, w, late}, 0, 1, 2)
+		for i, x := range []*Waiter{first, w, late} {
+			if got := x.Last(); got != "0" {
+				t.Fatalf("waiter %d: Last = %q, want \"0\"", i, got)
+			}
+		}
+		w.Close()
+		if got := w.Last(); got != "" {
+			t.Fatalf("Last of a closed waiter = %q, want \"\"", got)
+		}
+	})
+}
+
+// With Linger the channel stays subscribed after its last waiter leaves, for that long
+// after the last one leaves: a waiter coming back within it is ready at once, and a message
+// reaches it with no new SUBSCRIBE; after the linger the channel is left and forgotten.
+func TestLingerKeepsChannelSubscribed(t *testing.T) {
+	const linger = 200 * time.Millisecond
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		pub := b.Client(t)
+		m := newMux(t, b.Client(t), Options{Linger: linger})
+		s := newSentinel(t, m, pub)
+		w, ready, err := m.Listen("own", AllPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ready {
+			t.Fatal("Listen on a new channel reported it ready")
+		}
+		waitSignal(t, w, "confirmation")
+		w.Close()
+		if !m.Subscribed("own") || numsub(t, pub, "own") != 1 {
+			t.Fatalf("right after the last waiter left: Subscribed %v, NUMSUB %d; want it lingering", m.Subscribed("own"), numsub(t, pub, "own"))
+		}
+		if n := publish(t, pub, "own", "2"); n != 1 {
+			t.Fatalf("PUBLISH to a lingering channel reached %d subscribers, want 1", n)
+		}
+		// Delivered before the waiter comes back. (PUBLISH's reply comes before the message
+		// reaches the Mux: without the fence a waiter registered right after it may still be
+		// signalled by it, and see it as Last.)
+		s.flush(t)
+
+		// Back within the linger: ready, not signalled, and the message of the time nobody
+		// listened is not its own.
+		back, ready, err := m.Listen("own", AllPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ready {
+			t.Fatal("Listen within the linger reported the channel not ready")
+		}
+		s.flush(t)
+		if take(back) {
+			t.Fatal("a waiter coming back within the linger was signalled")
+		}
+		if got := back.Last(); got != "" {
+			t.Fatalf("Last of a waiter coming back = %q, want \"\": the message came before it", got)
+		}
+		publish(t, pub, "own", "0")
+		waitSignal(t, back, "message to a waiter that came back")
+		if got := back.Last(); got != "0" {
+			t.Fatalf("Last = %q, want \"0\"", got)
+		}
+		back.Close()
+		left := time.Now()
+		var gone time.Duration
+		eventually(t, "the channel left after the linger", func() bool {
+			if numsub(t, pub, "own") != 0 || m.Subscribed("own") {
+				return false
+			}
+			gone = time.Since(left)
+			return true
+		})
+		if gone < linger {
+			t.Fatalf("the channel was left %v after its last waiter, before the %v linger", gone, linger)
+		}
+		eventually(t, "the channel forgotten", func() bool { return channelCount(m) == 1 }) // the sentinel's
+		t.Logf("%s: left %v after the last waiter (linger %v)", b.Name, gone, linger)
+
+		// After the linger, Listen is not ready again and is signalled on confirmation.
+		again, ready, err := m.Listen("own", AllPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer again.Close()
+		if ready {
+			t.Fatal("Listen after the linger reported the channel ready")
+		}
+		waitSignal(t, again, "confirmation after the linger")
+	})
+}

@@ -202,6 +202,7 @@ type Client struct {
 	janitor  *janitor
 
 	owners    atomic.Int64
+	waits     atomic.Uint64 // fair waits, numbered for their tokens
 	requests  atomic.Uint64
 	reqPrefix string // 16 random hex characters, the first half of every unlock request ID
 	closed    chan struct{}

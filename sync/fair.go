@@ -63,7 +63,7 @@ func (l *exclusive) keys(more ...string) []string {
 // leave takes the owner's place out of the queue after a wait that did not end in the lock.
 func (l *exclusive) leave(ctx context.Context) {
 	o := &l.o
-	o.withdraw(ctx, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd}})
+	o.withdraw(ctx, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd, nowMs()}})
 }
 
 // keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts
@@ -80,8 +80,10 @@ func (c *Client) keepAlive(ttl int64, lease time.Duration) int64 {
 	return ttl
 }
 
-// granted is the message that tells a fair lock's waiter that a release granted it the lock.
-const granted = "2"
+// newToken returns a token for one waiting acquisition of a fair lock: the message with
+// which a release grants it the lock. Tokens are decimal integers (payloads on Redisson's
+// channels must be) above 1, so that none is Redisson's 0 or 1.
+func (c *Client) newToken() string { return strconv.FormatUint(c.waits.Add(1)+1, 10) }
 
 // takeGrant records the hold of a waiter granted the lock, timed from its last attempt: the
 // grant, and its lease, came after that attempt.

@@ -175,7 +175,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	o := &l.o
 	leaseMs := o.c.leaseMs(lease)
 	if limit == 0 {
-		_, ok, err := l.attempt(ctx, lease, leaseMs, false)
+		_, ok, err := l.attempt(ctx, lease, leaseMs, false, "0")
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
@@ -191,9 +191,10 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
 	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	if l.fair != nil {
-		// The waiter's own channel: it listens before its first attempt, and a release may
-		// grant it the lock (message 2) rather than tell it to attempt (0).
-		w.policy, w.early = pubsub.AllPolicy, true
+		// The waiter's own channel: a release may grant it the lock (its token) rather than
+		// tell it to attempt (0).
+		a.token = o.c.newToken()
+		w.policy, w.early, w.grant = pubsub.AllPolicy, true, a.token
 		w.granted = func() (bool, error) { return o.takeGrant(lease) }
 	}
 	if join && o.c.maxHandoff > 0 {
@@ -213,21 +214,22 @@ type lockAttempt struct {
 	l       *exclusive
 	lease   time.Duration
 	leaseMs string
+	token   string // a fair lock's: the message with which a release grants this wait the lock
 	heir    heir
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
-	return a.l.attempt(ctx, a.lease, a.leaseMs, true)
+	return a.l.attempt(ctx, a.lease, a.leaseMs, true, a.token)
 }
 
 // attempt makes one attempt. A fair lock's waiter (queue) takes or keeps its place in the
 // queue, and is told to attempt again within a third of the place's wait time.
-func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, queue bool) (int64, bool, error) {
+func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, queue bool, token string) (int64, bool, error) {
 	o := &l.o
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
 		if l.fair != nil {
 			return script{lua.FairAcquire, l.keys(),
-				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(queue)}}
+				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(queue), token}}
 		}
 		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
 	})

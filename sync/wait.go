@@ -23,11 +23,13 @@ type wait struct {
 	attempt attempter
 	// heir, if not nil, is queued while waiting for a local release to hand the lock to.
 	heir *heir
-	// early registers on the channel before the first attempt: for a waiter's own channel,
-	// which lingers subscribed between its waits, so that a waiter coming back needs no
-	// second attempt for a message it might have missed while subscribing.
+	// early registers on the channel before the first attempt if it is subscribed already:
+	// for a waiter's own channel, which lingers subscribed between its waits, so that a
+	// waiter coming back needs no second attempt for a message it might have missed while
+	// subscribing.
 	early bool
-	// granted, if not nil, takes what a message "2" (granted) says a release gave the waiter.
+	// granted, if not nil, takes what the message grant says a release gave the waiter.
+	grant   string
 	granted func() (bool, error)
 }
 
@@ -61,9 +63,9 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 			return c.await(ctx, w, sub, deadline, ttl, false)
 		}
 	}
-	if w.early {
-		// Subscribed already, the waiter misses nothing from here on; if not, it is signalled
-		// when the subscription is confirmed, and attempts again.
+	if w.early && c.mux.Subscribed(w.channel) {
+		// Subscribed already, the waiter misses nothing from here on (should the channel be
+		// left meanwhile, it is signalled when it is subscribed again, and attempts again).
 		sub, _, err := c.mux.Listen(w.channel, w.policy)
 		if err != nil {
 			return false, c.waitEnded(err)
@@ -135,7 +137,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		select {
 		case <-sub.C():
 			woken = true
-			if w.granted != nil && sub.Last() == granted {
+			if w.granted != nil && sub.Last() == w.grant {
 				return w.granted()
 			}
 		case <-timer.C:

@@ -1,0 +1,956 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// Tests of the fair lock's grant: a release (force release, leave of a free lock) writes the
+// head latchkey waiter's hold with the lease it recorded in {name}:fair_leases and tells it
+// "2" on its own channel; a Java head (no lease entry) is told "0" and attempts itself.
+
+const fairJavaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
+
+func fairLeasesKey(name string) string { return suffixName(name, "fair_leases") }
+
+// fairOwnChannel is the waiter's own channel, redisson_lock__channel:{name}:<owner>.
+func fairOwnChannel(l *FairLock) string { return lockChannel(l.Name()) + ":" + l.Owner() }
+
+// hgetField returns field of the hash key, and false when there is none.
+func hgetField(t *testing.T, rdb rueidis.Client, key, field string) (string, bool) {
+	t.Helper()
+	s, err := rdb.Do(context.Background(), rdb.B().Hget().Key(key).Field(field).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("HGET %s %s: %v", key, field, err)
+	}
+	return s, true
+}
+
+// fairStartLockOpts runs mu.Lock(ctx, opts...) in a goroutine and returns its result.
+func fairStartLockOpts(ctx context.Context, mu *FairLock, opts ...LockOption) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- mu.Lock(ctx, opts...) }()
+	return done
+}
+
+// fairPending fails if done has a result already: the waiter must still be waiting.
+func fairPending(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v), want it still waiting", what, err)
+	default:
+	}
+}
+
+// fairRaw runs one command built by cmd on rdb and fails the test on an error.
+func fairRaw(t *testing.T, rdb rueidis.Client, cmd func(b rueidis.Builder) rueidis.Completed) rueidis.RedisResult {
+	t.Helper()
+	r := rdb.Do(context.Background(), cmd(rdb.B()))
+	must(t, r.Error())
+	return r
+}
+
+// fairNoLeaseEntry fails if owner has an entry in the lock's lease hash.
+func fairNoLeaseEntry(t *testing.T, rdb rueidis.Client, name, owner, when string) {
+	t.Helper()
+	if v, ok := hgetField(t, rdb, fairLeasesKey(name), owner); ok {
+		t.Fatalf("%s: %s still has lease entry %q in %s", when, owner, v, fairLeasesKey(name))
+	}
+}
+
+// 1. A release grants the lock to the head latchkey waiter in its own script: each waiter in
+// turn returns from Lock having made no attempt after the grant, holding the lock once with
+// the lease it recorded (each waiter asks for a different one), its place and lease entry
+// gone; the waiters behind are not touched.
+func TestFairGrantWithoutAttempt(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:grant"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		hc, _ := newClient(t, b.Addr)
+		holder := hc.FairLock(name)
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		type waiter struct {
+			l        *FairLock
+			attempts *atomic.Int64
+			lease    time.Duration
+			done     <-chan error
+		}
+		// Leases above the 30 s wait time: a waiter re-attempts by itself only every 10 s, so
+		// every attempt counted here is one the protocol made.
+		ws := make([]*waiter, 3)
+		var owners []string
+		for i := range ws {
+			c, _ := newClient(t, b.Addr)
+			w := &waiter{l: c.FairLock(name), attempts: fairCountAttempts(c), lease: time.Duration(40+i) * time.Second}
+			w.done = fairStartLockOpts(ctx, w.l, Lease(w.lease))
+			owners = append(owners, w.l.Owner())
+			fairAwaitQueue(t, admin, name, owners...)
+			fairAwaitSettled(t, w.attempts)
+			// The entry is the lease the waiter asks for (docs/redisson-interop.md).
+			ms := strconv.FormatInt(w.lease.Milliseconds(), 10)
+			if v, ok := hgetField(t, admin, fairLeasesKey(name), w.l.Owner()); !ok || (v != ms && !strings.HasPrefix(v, ms+":")) {
+				t.Fatalf("waiter %d: lease entry %q (%v), want %s", i, v, ok, ms)
+			}
+			ws[i] = w
+		}
+		before := make([]int64, len(ws))
+		for i, w := range ws {
+			before[i] = w.attempts.Load()
+		}
+
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range ws {
+			if err := fairAwait(t, w.done, 5*time.Second, "waiter "+strconv.Itoa(i)); err != nil {
+				t.Fatalf("waiter %d after the release before it: %v", i, err)
+			}
+			if n := w.attempts.Load(); n != before[i] {
+				t.Errorf("waiter %d made %d attempts, %d before the grant: a granted waiter must make none", i, n, before[i])
+			}
+			for j := i + 1; j < len(ws); j++ {
+				fairPending(t, ws[j].done, "waiter "+strconv.Itoa(j))
+				if n := ws[j].attempts.Load(); n != before[j] {
+					t.Errorf("waiter %d, still queued, made %d attempts, %d before: a grant wakes only the head", j, n, before[j])
+				}
+			}
+			fields, err := admin.Do(ctx, admin.B().Hgetall().Key(name).Build()).AsStrMap()
+			if err != nil || len(fields) != 1 || fields[w.l.Owner()] != "1" {
+				t.Fatalf("waiter %d granted: lock hash %v (%v), want {%s: 1}", i, fields, err, w.l.Owner())
+			}
+			if ttl := pttl(t, admin, name); ttl > w.lease.Milliseconds() || ttl < w.lease.Milliseconds()-3000 {
+				t.Fatalf("waiter %d granted: PTTL %d, want about its lease %d", i, ttl, w.lease.Milliseconds())
+			}
+			fairNoLeaseEntry(t, admin, name, w.l.Owner(), "granted")
+			if _, ok := fairDeadline(t, admin, name, w.l.Owner()); ok {
+				t.Fatalf("waiter %d granted: its deadline is still in the zset", i)
+			}
+			if q := fairQueue(t, admin, name); !slices.Equal(q, owners[i+1:]) {
+				t.Fatalf("waiter %d granted: queue %v, want %v", i, q, owners[i+1:])
+			}
+			if !w.l.Valid() {
+				t.Fatalf("waiter %d: granted hold not valid", i)
+			}
+			if d, ok := w.l.Deadline(); !ok || time.Until(d) > w.lease || time.Until(d) < w.lease-3*time.Second {
+				t.Fatalf("waiter %d: hold deadline in %v (%v), want about its lease %v", i, time.Until(d), ok, w.lease)
+			}
+			if n, err := w.l.HoldCount(ctx); n != 1 || err != nil {
+				t.Fatalf("waiter %d: HoldCount %d, %v; want 1", i, n, err)
+			}
+			if err := w.l.Unlock(ctx); err != nil {
+				t.Fatalf("waiter %d: Unlock: %v", i, err)
+			}
+		}
+		fairNoPlaces(t, admin, name, "after every waiter")
+		for _, key := range []string{name, fairLeasesKey(name)} {
+			if exists(t, admin, key) {
+				t.Fatalf("%s alive after the last unlock", key)
+			}
+		}
+	})
+}
+
+// 2. A Java head waiter (no lease entry) is told "0", Redisson's message, and keeps its
+// place; the latchkey waiter behind it is untouched, and gets the lock in its turn when the
+// Java thread has taken and released it (Redisson's scripts, written raw).
+func TestFairGrantJavaHeadGetsZero(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:java-head"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		hc, _ := newClient(t, b.Addr)
+		wc, _ := newClient(t, b.Addr)
+		wn := fairCountAttempts(wc)
+		holder, w := hc.FairLock(name), wc.FairLock(name)
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fairRawPlace(t, admin, name, fairJavaOwner, time.Now().Add(10*time.Minute).UnixMilli())
+		javaSub := rawSubscribe(t, ctx, admin, lockChannel(name)+":"+fairJavaOwner)
+		ownSub := rawSubscribe(t, ctx, admin, fairOwnChannel(w))
+		done := fairStartLock(ctx, w)
+		fairAwaitQueue(t, admin, name, fairJavaOwner, w.Owner())
+		fairAwaitSettled(t, wn)
+		before := wn.Load()
+
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := javaSub.published(t, ctx); !slices.Equal(got, []string{"0"}) {
+			t.Fatalf("the Java head's channel got %q, want [\"0\"]", got)
+		}
+		ownSub.quiet(t, ctx, "the latchkey waiter's channel, behind a Java head")
+		if exists(t, admin, name) {
+			t.Fatal("the lock is held after a release to a Java head: nothing may be granted to it")
+		}
+		if q := fairQueue(t, admin, name); !slices.Equal(q, []string{fairJavaOwner, w.Owner()}) {
+			t.Fatalf("queue %v, want the Java waiter still at the head, then ours", q)
+		}
+		fairPending(t, done, "the latchkey waiter behind the Java head")
+		if n := wn.Load(); n != before {
+			t.Fatalf("the latchkey waiter behind made %d attempts, %d before the release", n, before)
+		}
+
+		// The Java waiter attempts and takes the free lock at the head (Redisson §3.2)...
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Lpop().Key(fairQueueKey(name)).Build() })
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Zrem().Key(fairTimeoutKey(name)).Member(fairJavaOwner).Build()
+		})
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Hset().Key(name).FieldValue().FieldValue(fairJavaOwner, "1").Build()
+		})
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(30000).Build() })
+		// ...and releases it (§3.6): DEL, "0" on the next head's channel.
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(name).Build() })
+		released := time.Now()
+		if n := mustInt(t, admin.Do(ctx, admin.B().Publish().Channel(fairOwnChannel(w)).Message("0").Build())); n != 2 {
+			t.Fatalf("the Java release reached %d subscribers, want our waiter's Client and the test's", n)
+		}
+		if err := fairAwait(t, done, 6*time.Second, "our waiter after the Java release"); err != nil {
+			t.Fatalf("our waiter after the Java waiter's turn: %v", err)
+		}
+		if d := time.Since(released); d > 2*time.Second {
+			t.Fatalf("our waiter got the lock %v after the Java release (its own re-check is 10 s away)", d)
+		}
+		if n := wn.Load(); n != before+1 {
+			t.Errorf("our waiter made %d attempts after the Java release, want 1: a 0 means attempt", n-before)
+		}
+		if v, ok := hgetField(t, admin, name, w.Owner()); !ok || v != "1" {
+			t.Fatalf("HGET %s %s = %q (%v), want 1", name, w.Owner(), v, ok)
+		}
+		fairNoPlaces(t, admin, name, "after our waiter took the lock")
+		fairNoLeaseEntry(t, admin, name, w.Owner(), "after our waiter took the lock")
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// 3. A grant the waiter never learned of (its message lost) is released by the leave its
+// ended wait runs, and the free lock goes on to the waiter behind, granted in turn.
+func TestFairGrantUnlearnedReleasedByLeave(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:unlearned"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Hset().Key(name).FieldValue().FieldValue(fairJavaOwner, "1").Build()
+		})
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(30000).Build() })
+		wc, _ := newClient(t, b.Addr)
+		nc, _ := newClient(t, b.Addr)
+		wn, nn := fairCountAttempts(wc), fairCountAttempts(nc)
+		w, next := wc.FairLock(name), nc.FairLock(name)
+		wCtx, cancelW := context.WithCancel(ctx)
+		defer cancelW()
+		wDone := fairStartLock(wCtx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+		nextDone := fairStartLock(ctx, next)
+		fairAwaitQueue(t, admin, name, w.Owner(), next.Owner())
+		fairAwaitSettled(t, nn)
+		nextBefore := nn.Load()
+
+		// The Java holder releases, and the release grants w as hand_on does — but its
+		// message never arrives.
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(name).Build() })
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Lpop().Key(fairQueueKey(name)).Build() })
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Zrem().Key(fairTimeoutKey(name)).Member(w.Owner()).Build()
+		})
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Hdel().Key(fairLeasesKey(name)).Field(w.Owner()).Build()
+		})
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Hset().Key(name).FieldValue().FieldValue(w.Owner(), "1").Build()
+		})
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(30000).Build() })
+		fairPending(t, wDone, "the waiter whose grant message was lost")
+
+		cancelW()
+		if err := fairAwait(t, wDone, 5*time.Second, "the cancelled waiter"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock of the waiter granted without a message, ctx cancelled: %v, want context.Canceled", err)
+		}
+		if v, ok := hgetField(t, admin, name, w.Owner()); ok {
+			t.Fatalf("the cancelled waiter's unlearned hold is still in the lock hash (%q): nobody knows of it", v)
+		}
+		if err := fairAwait(t, nextDone, 5*time.Second, "the waiter behind"); err != nil {
+			t.Fatalf("the waiter behind, after the leave freed the lock: %v", err)
+		}
+		if n := nn.Load(); n != nextBefore {
+			t.Errorf("the waiter behind made %d attempts after the leave: it must be granted the lock", n-nextBefore)
+		}
+		if v, ok := hgetField(t, admin, name, next.Owner()); !ok || v != "1" {
+			t.Fatalf("HGET %s %s = %q (%v), want 1", name, next.Owner(), v, ok)
+		}
+		fairNoPlaces(t, admin, name, "after the leave and the grant")
+		if err := next.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if exists(t, admin, name) || exists(t, admin, fairLeasesKey(name)) {
+			t.Fatal("lock or lease hash alive at the end")
+		}
+	})
+}
+
+// 4. Two latchkey waiters crash (their Clients' connections go dark: no more attempts, no
+// leave, no unlock) while queued ahead of a live one; the holder's release grants the lock
+// to the first dead one, which never takes it. The live waiter still gets the lock — once the
+// dead one's 300 ms lease has run out and the second dead place has lapsed — and nothing is
+// left in Redis.
+func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name, wait = "fair:crashed", 300 * time.Millisecond
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		hc, _ := newClient(t, b.Addr)
+		holder := hc.FairLock(name)
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		deadCtx := testCtx(t, 20*time.Second)
+		var proxies []*redistest.Proxy
+		var dead []*FairLock
+		var subs []*rawSub
+		for range 2 {
+			p := redistest.NewProxy(t, b.Addr)
+			c, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
+			l := c.FairLock(name)
+			fairStartLockOpts(deadCtx, l, Lease(wait)) // never returns a result we read
+			dead = append(dead, l)
+			proxies = append(proxies, p)
+			fairAwaitQueue(t, admin, name, fairOwners(dead)...)
+			subs = append(subs, rawSubscribe(t, ctx, admin, fairOwnChannel(l)))
+		}
+		lc, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
+		live := lc.FairLock(name)
+		liveCtx := testCtx(t, 10*time.Second)
+		liveDone := fairStartLock(liveCtx, live)
+		want := append(fairOwners(dead), live.Owner())
+		fairAwaitQueue(t, admin, name, want...)
+
+		for _, p := range proxies {
+			p.Blackhole(true) // the processes die
+		}
+		// The dead places are live for at most one wait after the dead waiters' last attempts:
+		// the release must run before, so that it finds them queued ahead.
+		lapse := int64(1<<62 - 1)
+		for _, l := range dead {
+			d, ok := fairDeadline(t, admin, name, l.Owner())
+			if !ok {
+				t.Fatalf("dead waiter %s has no deadline right after dying", l.Owner())
+			}
+			lapse = min(lapse, d)
+		}
+		if q := fairQueue(t, admin, name); !slices.Equal(q, want) {
+			t.Fatalf("queue %v right before the release, want %v", q, want)
+		}
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		unlocked := time.Now()
+		if unlocked.UnixMilli() >= lapse {
+			t.Fatalf("the release ended %d ms after the first dead place lapsed: the test did not produce dead waiters queued ahead", unlocked.UnixMilli()-lapse+1)
+		}
+		if got := subs[0].published(t, ctx); !slices.Equal(got, []string{"2"}) {
+			t.Fatalf("the first dead waiter's channel got %q, want [\"2\"]: the release must grant it the lock", got)
+		}
+		subs[1].quiet(t, ctx, "the second dead waiter's channel")
+
+		if err := fairAwait(t, liveDone, 10*time.Second, "the live waiter behind two dead ones"); err != nil {
+			t.Fatalf("the live waiter behind two crashed waiters: %v", err)
+		}
+		t.Logf("%s: the live waiter got the lock %v after the release", b.Name, time.Since(unlocked))
+		if v, ok := hgetField(t, admin, name, live.Owner()); !ok || v != "1" {
+			t.Fatalf("HGET %s %s = %q (%v), want 1", name, live.Owner(), v, ok)
+		}
+		fairNoPlaces(t, admin, name, "after the live waiter took the lock")
+		if err := live.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The live Clients' unlock latches go with them. The dead Clients leave nothing: they
+		// never released (no latch), the first one's place and lease entry went with the grant
+		// and its hold lapsed with its 300 ms lease, the second one's were dropped as stale by
+		// the live waiter's attempt. (Without a live waiter behind, that second place would
+		// stay in the queue and the zset, which have no TTL, until the next script on the lock;
+		// only the lease hash lapses, three waits after the last attempt.)
+		lc.Close()
+		hc.Close()
+		eventually(t, 3*time.Second, "nothing left in Redis", func() bool { return dbsize(t, admin) == 0 })
+	})
+}
+
+func fairOwners(ls []*FairLock) []string {
+	var s []string
+	for _, l := range ls {
+		s = append(s, l.Owner())
+	}
+	return s
+}
+
+// 5. Each attempt of a queued latchkey waiter sets its deadline to now + wait × (1 + the Java
+// waiters ahead of it).
+func TestFairGrantDeadlineFormula(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name, wait = "fair:deadline", 20 * time.Second
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		hc, _ := newClient(t, b.Addr)
+		holder := hc.FairLock(name)
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var queue []string
+		start := func() *FairLock {
+			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
+			n := fairCountAttempts(c)
+			l := c.FairLock(name)
+			fairStartLock(ctx, l)
+			queue = append(queue, l.Owner())
+			fairAwaitQueue(t, admin, name, queue...)
+			fairAwaitSettled(t, n)
+			return l
+		}
+		check := func(l *FairLock, what string, waits int64) {
+			t.Helper()
+			d, ok := fairDeadline(t, admin, name, l.Owner())
+			want := time.Now().UnixMilli() + waits*wait.Milliseconds()
+			if !ok || d < want-2000 || d > want+2000 {
+				t.Errorf("%s: deadline now%+d ms (%v), want now + %d ms ± 2 s", what, d-time.Now().UnixMilli(), ok, waits*wait.Milliseconds())
+			}
+		}
+		head := start()
+		second := start()
+		fairRawPlace(t, admin, name, fairJavaOwner, time.Now().Add(10*time.Minute).UnixMilli())
+		queue = append(queue, fairJavaOwner)
+		behindJava := start()
+		check(head, "the head", 1)
+		check(second, "behind one latchkey waiter", 1)
+		check(behindJava, "behind two latchkey waiters and a Java one", 2)
+	})
+}
+
+// A lease entry left behind by a Java script (Redisson's stale-drop of a dead latchkey
+// waiter) can hide a Java waiter from a latchkey waiter's count of Java waiters ahead (a
+// documented cost of counting them only when lease entries are fewer than places): the
+// waiter's deadline is then one wait short, and the Java waiter's grant — which moves every
+// deadline one wait earlier — makes it stale at the head. It must lose no more than its
+// place: it queues again and gets the lock.
+func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name, wait = "fair:deadline-ghost", 300 * time.Millisecond
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		hc, _ := newClient(t, b.Addr)
+		holder := hc.FairLock(name)
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// A latchkey waiter dies queued, and a Java script removes its place as Redisson's
+		// stale-drop does (LPOP / ZREM): its lease entry stays.
+		p := redistest.NewProxy(t, b.Addr)
+		gc, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
+		ghost := gc.FairLock(name)
+		fairStartLock(testCtx(t, 20*time.Second), ghost)
+		fairAwaitQueue(t, admin, name, ghost.Owner())
+		p.Blackhole(true)
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Lpop().Key(fairQueueKey(name)).Build() })
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Zrem().Key(fairTimeoutKey(name)).Member(ghost.Owner()).Build()
+		})
+		if _, ok := hgetField(t, admin, fairLeasesKey(name), ghost.Owner()); !ok {
+			t.Fatal("the dead waiter's lease entry is gone: the test assumes Redisson's scripts leave it")
+		}
+
+		fairRawPlace(t, admin, name, fairJavaOwner, time.Now().Add(10*time.Minute).UnixMilli())
+		c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
+		w := c.FairLock(name)
+		done := fairStartLock(ctx, w)
+		fairAwaitQueue(t, admin, name, fairJavaOwner, w.Owner())
+		d, _ := fairDeadline(t, admin, name, w.Owner())
+		if left := d - time.Now().UnixMilli(); left > wait.Milliseconds()+200 {
+			t.Fatalf("deadline now + %d ms: the Java waiter was counted, so the situation this test is about did not arise", left)
+		}
+
+		// The holder leaves; the Java waiter takes the lock as Redisson's script does — moving
+		// every deadline one wait earlier — and releases it, telling the head.
+		must(t, holder.Unlock(ctx))
+		javaTakes := `redis.call('lpop', KEYS[2]); redis.call('zrem', KEYS[3], ARGV[1])
+			for _, m in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do redis.call('zincrby', KEYS[3], -tonumber(ARGV[2]), m) end
+			redis.call('hset', KEYS[1], ARGV[1], 1); redis.call('pexpire', KEYS[1], 30000)`
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Eval().Script(javaTakes).Numkeys(3).Key(name, fairQueueKey(name), fairTimeoutKey(name)).
+				Arg(fairJavaOwner, strconv.FormatInt(wait.Milliseconds(), 10)).Build()
+		})
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(name).Build() })
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Publish().Channel(lockChannel(name) + ":" + w.Owner()).Message("0").Build()
+		})
+		if err := fairAwait(t, done, 10*time.Second, "the waiter whose deadline was short"); err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		must(t, w.Unlock(ctx))
+	})
+}
+
+// 6. A handle that waits again and again, within the linger of its own channel, subscribes
+// once: the first wait makes two attempts (queueing, and again at the subscription's
+// confirmation), every later one one (queueing), the grant none. Real Redis only: miniredis
+// keeps no command statistics.
+func TestFairGrantLoopingWaiterSubscribesOnce(t *testing.T) {
+	t.Parallel()
+	b := redistest.Redis(t)
+	const name, waits = "fair:loop", 10
+	ctx := testCtx(t, 30*time.Second)
+	admin := b.Client(t)
+	wc, _ := newClient(t, b.Addr)
+	wn := fairCountAttempts(wc)
+	hc, _ := newClient(t, b.Addr)
+	w, h := wc.FairLock(name), hc.FairLock(name)
+	must(t, admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error())
+	for i := range waits {
+		// The other handle takes the free lock with TryLock, which never waits and so never
+		// listens: every SUBSCRIBE counted is the waiter's.
+		if ok, err := h.TryLock(ctx); !ok || err != nil {
+			t.Fatalf("wait %d: the other handle's TryLock on a free lock: %v, %v", i, ok, err)
+		}
+		before := wn.Load()
+		done := fairStartLock(ctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		want := int64(1)
+		if i == 0 {
+			want = 2 // queued, then confirmed
+		}
+		eventually(t, 5*time.Second, "the waiter's attempts", func() bool { return wn.Load()-before >= want })
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fairAwait(t, done, 5*time.Second, "the waiter"); err != nil {
+			t.Fatalf("wait %d: %v", i, err)
+		}
+		if got := wn.Load() - before; got != want {
+			t.Errorf("wait %d: %d attempts, want %d", i, got, want)
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subs, unsubs := commandCalls(t, admin, "subscribe"), commandCalls(t, admin, "unsubscribe")
+	t.Logf("%d waits: %d SUBSCRIBE, %d UNSUBSCRIBE", waits, subs, unsubs)
+	if subs != 1 || unsubs != 0 {
+		t.Fatalf("%d waits of one handle: %d SUBSCRIBE and %d UNSUBSCRIBE calls, want 1 and 0", waits, subs, unsubs)
+	}
+	channel := fairOwnChannel(w)
+	if !wc.mux.Subscribed(channel) {
+		t.Fatal("the waiter's channel is not subscribed right after its last wait: it must linger")
+	}
+	eventually(t, 5*time.Second, "the channel left after the linger", func() bool {
+		return commandCalls(t, admin, "unsubscribe") == 1 && numsub(t, b, hc, channel) == 0
+	})
+}
+
+// commandCalls returns how many times cmd ran since the last CONFIG RESETSTAT.
+func commandCalls(t *testing.T, rdb rueidis.Client, cmd string) int64 {
+	t.Helper()
+	info, err := rdb.Do(context.Background(), rdb.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	prefix := "cmdstat_" + cmd + ":calls="
+	for line := range strings.SplitSeq(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest+",", ',')], 10, 64)
+			if err != nil {
+				t.Fatalf("INFO commandstats line %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// Bug: a release that grants the lock to a waiter whose wait is ending, and whose leave then
+// releases that hold, leaves the "2" it published on the waiter's channel — which lingers
+// subscribed — as good as any. If it reaches the Client only after the same handle has begun
+// to wait again (the subscriber connection lagging the command connection by a round trip or
+// two: a retransmission, a busy process), that later wait takes it as its own grant, and Lock
+// returns nil while another handle holds the lock. The proxy holds the message back to make
+// the order certain.
+func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:stale-grant"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		gate := newGateProxy(t, b.Addr)
+		wc, _ := newClient(t, gate.addr())
+		wn := fairCountAttempts(wc)
+		hc, _ := newClient(t, b.Addr)
+		w, holder, other := wc.FairLock(name), hc.FairLock(name), hc.FairLock(name)
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ctx1, cancel1 := context.WithCancel(ctx)
+		defer cancel1()
+		first := fairStartLock(ctx1, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+
+		gate.arm([]byte(fairOwnChannel(w)))
+		if err := holder.Unlock(ctx); err != nil { // grants w; its "2" is held back
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "the grant message held back", gate.holding)
+		if v, ok := hgetField(t, admin, name, w.Owner()); !ok || v != "1" {
+			t.Fatalf("HGET %s %s = %q (%v) after the release, want the grant", name, w.Owner(), v, ok)
+		}
+		cancel1()
+		if err := fairAwait(t, first, 5*time.Second, "the cancelled wait"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the first wait: %v, want context.Canceled", err)
+		}
+		if _, ok := hgetField(t, admin, name, w.Owner()); ok {
+			t.Fatal("the leave did not release the grant")
+		}
+		if err := other.Lock(ctx); err != nil { // another handle takes the free lock
+			t.Fatal(err)
+		}
+		second := fairStartLock(ctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		gate.open() // the first wait's "2" arrives now
+
+		select {
+		case err := <-second:
+			if err == nil {
+				_, inRedis := hgetField(t, admin, name, w.Owner())
+				t.Fatalf("two holders: the second wait took the first wait's grant message (w.Valid %v, w in the lock hash %v) while %s holds the lock",
+					w.Valid(), inRedis, other.Owner())
+			}
+			t.Fatalf("the second wait: %v", err)
+		case <-time.After(time.Second): // bounded: showing that it does NOT return
+		}
+		if err := other.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fairAwait(t, second, 5*time.Second, "the second wait after the release"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Bug (the one above, with no proxy): a wait cancelled as the release grants it the lock,
+// and the handle's next Lock at once while another handle holds the lock. The grant's "2"
+// reaches the Client's subscriber connection a little after the command connection's
+// replies; on a loopback redis-server it lands in the next wait, which returns nil, within
+// a few dozen rounds. (miniredis delivers it before its reply: that half shows nothing.) Up
+// to 500 rounds or 3 s.
+func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name, maxRounds = "fair:stale-race", 500
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		wc, _ := newClient(t, b.Addr)
+		hc, _ := newClient(t, b.Addr)
+		w, holder := wc.FairLock(name), hc.FairLock(name)
+		cancelled, rounds := 0, 0
+		for end := time.Now().Add(3 * time.Second); rounds < maxRounds && time.Now().Before(end); rounds++ {
+			i := rounds
+			if err := holder.Lock(ctx); err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			ctx1, cancel1 := context.WithCancel(ctx)
+			first := fairStartLock(ctx1, w)
+			fairAwaitQueue(t, admin, name, w.Owner())
+			go cancel1()
+			if err := holder.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			err := <-first
+			cancel1()
+			if err == nil { // the grant won
+				if err := w.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("round %d: the first wait: %v", i, err)
+			}
+			cancelled++
+			if ok, err := holder.TryLock(ctx); !ok || err != nil {
+				t.Fatalf("round %d: TryLock of the free lock: %v, %v", i, ok, err)
+			}
+			ctx2, cancel2 := context.WithTimeout(ctx, 20*time.Millisecond)
+			err = w.Lock(ctx2) // must time out: holder holds the lock throughout
+			cancel2()
+			if err == nil {
+				fields, _ := admin.Do(ctx, admin.B().Hgetall().Key(name).Build()).AsStrMap()
+				t.Fatalf("round %d (%d waits cancelled): two holders: Lock returned nil (Valid %v) while the lock hash is %v (holder %s); queue %v",
+					i, cancelled, w.Valid(), fields, holder.Owner(), fairQueue(t, admin, name))
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("round %d: the second wait: %v", i, err)
+			}
+			if err := holder.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("%s: %d rounds, %d first waits cancelled, no stale grant taken", b.Name, rounds, cancelled)
+	})
+}
+
+// Bug: two goroutines sharing a handle wait on its one place and its one channel. A release
+// grants the handle; one goroutine's wait ends (its context) and its leave releases the grant
+// and hands the lock on; the other then takes the "2" and returns holding a lock that another
+// waiter holds. No network delay is needed — only the leaving goroutine taking the owner's op
+// before the other; the proxy holds the message back to make that order certain.
+func TestFairGrantSharedHandleLeaveRevokesGrant(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:shared-handle"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		gate := newGateProxy(t, b.Addr)
+		wc, _ := newClient(t, gate.addr())
+		wn := fairCountAttempts(wc)
+		hc, _ := newClient(t, b.Addr)
+		xc, _ := newClient(t, b.Addr)
+		xn := fairCountAttempts(xc)
+		w, holder, x := wc.FairLock(name), hc.FairLock(name), xc.FairLock(name)
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		g1 := fairStartLock(ctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+		ctx2, cancel2 := context.WithCancel(ctx)
+		defer cancel2()
+		g2 := fairStartLock(ctx2, w)
+		eventually(t, 5*time.Second, "the second goroutine waiting", func() bool {
+			return wc.mux.Waiters(fairOwnChannel(w)) == 2 && wn.Load() >= 3
+		})
+		xDone := fairStartLock(ctx, x)
+		fairAwaitQueue(t, admin, name, w.Owner(), x.Owner())
+		fairAwaitSettled(t, xn)
+
+		gate.arm([]byte(fairOwnChannel(w)))
+		if err := holder.Unlock(ctx); err != nil { // grants w
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "the grant message held back", gate.holding)
+		cancel2()
+		if err := fairAwait(t, g2, 5*time.Second, "the cancelled goroutine"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the cancelled goroutine: %v, want context.Canceled", err)
+		}
+		if err := fairAwait(t, xDone, 5*time.Second, "the waiter behind"); err != nil {
+			t.Fatalf("the waiter behind, handed the lock by the leave: %v", err)
+		}
+		gate.open()
+		select {
+		case err := <-g1:
+			if err == nil {
+				_, inRedis := hgetField(t, admin, name, w.Owner())
+				t.Fatalf("two holders: the other goroutine on the handle took the grant its sibling's leave released (w in the lock hash %v) while %s holds the lock",
+					inRedis, x.Owner())
+			}
+			t.Fatalf("the other goroutine: %v", err)
+		case <-time.After(time.Second): // bounded: showing that it does NOT return
+		}
+		if err := x.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := fairAwait(t, g1, 5*time.Second, "the other goroutine after the release"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Bug: the leave script hands a free lock on without dropping stale heads first (every other
+// script does): a dead latchkey waiter whose place has lapsed but which no script has dropped
+// yet is granted the lock, and holds it for its whole lease — past the "one wait" a crashed
+// waiter may cost — while the live waiters behind wait. Here the dead waiter's place is
+// written as a latchkey waiter's attempt leaves it, and its lapse by moving its deadline
+// into the past (standing for the time in which nobody attempted: the lock's holder died
+// too, and the waiter behind leaves before its next re-check).
+func TestFairGrantLeaveSkipsLapsedHead(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name, deadOwner = "fair:leave-lapsed", "0b0e3f5e-2d5e-4f57-9d0e-6f6a1c2e9a11:7"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		fairRawPlace(t, admin, name, deadOwner, time.Now().Add(20*time.Second).UnixMilli())
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Hset().Key(fairLeasesKey(name)).FieldValue().FieldValue(deadOwner, "30000").Build()
+		})
+		wc, _ := newClient(t, b.Addr)
+		xc, _ := newClient(t, b.Addr)
+		wn, xn := fairCountAttempts(wc), fairCountAttempts(xc)
+		w, x := wc.FairLock(name), xc.FairLock(name)
+		wCtx, cancelW := context.WithCancel(ctx)
+		defer cancelW()
+		wDone := fairStartLock(wCtx, w)
+		fairAwaitQueue(t, admin, name, deadOwner, w.Owner())
+		fairAwaitSettled(t, wn)
+		xDone := fairStartLock(ctx, x)
+		fairAwaitQueue(t, admin, name, deadOwner, w.Owner(), x.Owner())
+		fairAwaitSettled(t, xn)
+		// The dead waiter's place lapses.
+		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
+			return b.Zadd().Key(fairTimeoutKey(name)).ScoreMember().ScoreMember(float64(time.Now().Add(-time.Second).UnixMilli()), deadOwner).Build()
+		})
+		cancelW()
+		if err := fairAwait(t, wDone, 5*time.Second, "the leaving waiter"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the leaving waiter: %v, want context.Canceled", err)
+		}
+		if v, ok := hgetField(t, admin, name, deadOwner); ok {
+			t.Fatalf("the leave granted the lock to a waiter whose place had lapsed (HGET = %q, PTTL %d ms): the live waiter behind waits out that lease",
+				v, pttl(t, admin, name))
+		}
+		if err := fairAwait(t, xDone, 5*time.Second, "the live waiter behind"); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// gateProxy is a TCP proxy between a Client and Redis that, once armed with a marker, holds
+// back everything the server sends on the first connection whose data contains the marker,
+// from that chunk on, until opened: a message delayed in transit on the subscriber
+// connection while the command connection goes on.
+type gateProxy struct {
+	ln     net.Listener
+	target string
+
+	mu     gosync.Mutex
+	marker []byte        // armed when not nil
+	gate   chan struct{} // closed by open
+	held   bool          // a connection is held back
+	conns  []net.Conn
+	opened bool
+}
+
+func newGateProxy(t *testing.T, target string) *gateProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &gateProxy{ln: ln, target: target, gate: make(chan struct{})}
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *gateProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *gateProxy) arm(marker []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.marker = bytes.Clone(marker)
+}
+
+func (p *gateProxy) holding() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+func (p *gateProxy) open() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.opened {
+		p.opened = true
+		close(p.gate)
+	}
+}
+
+func (p *gateProxy) close() {
+	p.open()
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+func (p *gateProxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, client, server)
+		p.mu.Unlock()
+		go func() {
+			_, _ = io.Copy(server, client)
+			server.Close()
+		}()
+		go p.serverToClient(server, client)
+	}
+}
+
+func (p *gateProxy) serverToClient(server, client net.Conn) {
+	defer client.Close()
+	buf := make([]byte, 32<<10)
+	var gate chan struct{}
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			if gate == nil && p.marker != nil && bytes.Contains(buf[:n], p.marker) {
+				gate, p.marker, p.held = p.gate, nil, true
+			}
+			p.mu.Unlock()
+			if gate != nil {
+				<-gate
+			}
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

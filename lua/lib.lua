@@ -118,11 +118,14 @@ local function hand_on(lock, queue, timeouts, leases, channel, publish)
         return
     end
     local entry = redis.call('hget', leases, head)
-    if not entry then
+    local lease, token
+    if entry then
+        lease, token = string.match(entry, '^(%d+):(%d+)$')
+    end
+    if not lease then
         redis.call(publish, channel .. ':' .. head, 0)
         return
     end
-    local lease, token = string.match(entry, '^(%d+):(%d+)$')
     redis.call('lpop', queue)
     redis.call('zrem', timeouts, head)
     redis.call('hdel', leases, head)

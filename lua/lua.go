@@ -93,10 +93,9 @@ var (
 	// replies 1 if a lock was deleted.
 	FairForceRelease = rueidis.NewLuaScript(lib + fairForceRelease)
 
-	// FairLeave takes a waiter out of a fair lock's queue, releasing a grant it never learned
-	// of: KEYS [lock, queue, deadlines, leases, channel], ARGV [owner, publishCmd, nowMs]. It
-	// replies
-	// 1 if the owner had been granted the lock.
+	// FairLeave takes a waiter out of a fair lock's queue: KEYS [lock, queue, deadlines,
+	// leases, channel], ARGV [owner, publishCmd, nowMs]. It replies 1 if the owner holds the
+	// lock (granted as its wait ended).
 	FairLeave = rueidis.NewLuaScript(lib + fairLeave)
 
 	// ReadAcquire takes or re-enters a read lock of a read-write lock: KEYS [lock, owner's
@@ -119,7 +118,8 @@ var (
 	// (1/0)]. It replies as LockAcquire.
 	WriteAcquire = rueidis.NewLuaScript(lib + rwWriteAcquire)
 
-	// WriteRelease drops one write hold: KEYS [lock, channel, owner's latch], ARGV [message,
+	// WriteRelease drops one write hold: KEYS [lock, channel, owner's latch, waiting
+	// writers], ARGV [message,
 	// leaseMs, writer field, publishCmd, latchMs, holdsKnown, requestNumber]. It replies nil
 	// (not held), 0 (still held) or 1 (released), numbered as LockRelease.
 	WriteRelease = rueidis.NewLuaScript(lib + rwWriteRelease)

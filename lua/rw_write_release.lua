@@ -1,19 +1,22 @@
 -- Write lock release (Redisson RReadWriteLock write unlock, §4.5, with the unlock latch).
--- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch;
+-- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch, KEYS[4] the
+-- zset of waiting writers;
 -- ARGV[1] message (1: wake every waiter), ARGV[2] lease ms a partial release keeps at least,
 -- ARGV[3] the owner's writer field, ARGV[4] publish command, ARGV[5] latch PX ms,
 -- ARGV[6] the write holds the owner knows it has, ARGV[7] this release's request number.
 -- Reply: nil when the owner does not hold the write lock; 0 when still held; 1 when released.
 -- At the last write hold the lock is freed, or stays in read mode if the owner holds reads
 -- (a downgrade); either way every waiter is told, so that readers can enter (Redisson stays
--- silent on a downgrade). Safe to repeat (see release).
+-- silent on a downgrade). Freeing the lock drops the waiting writers' claims, so that the
+-- readers woken get their turn before the next writer (which claims again as it attempts):
+-- writers taking turns cannot keep readers out. Safe to repeat (see release).
 if not redis.call('hget', KEYS[1], 'mode') then
     redis.call(ARGV[4], KEYS[2], ARGV[1])
 end
 return release(KEYS[1], KEYS[3], ARGV[5], ARGV[3], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[2]), 1,
     function()
         if redis.call('hlen', KEYS[1]) == 1 then
-            redis.call('del', KEYS[1])
+            redis.call('del', KEYS[1], KEYS[4])
         else
             redis.call('hset', KEYS[1], 'mode', 'read')
         end

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/lua"
+	"github.com/redis/rueidis"
 )
 
 // FairLock is a handle on a fair reentrant lock, wire-compatible with Redisson's fair lock
@@ -19,8 +20,8 @@ import (
 // granted the lock by the release itself and returns from Lock with no request of its own;
 // a Java waiter is told to attempt, as Redisson does. Nobody else attempts. A TryLock
 // without wait time takes the lock only when nobody is queued, and never queues. A waiter
-// whose wait ends (its context, its wait time) leaves the queue; a lock granted to it at
-// that moment is passed on.
+// whose wait ends (its context, its wait time) leaves the queue; if a release granted it the
+// lock at that moment, the call returns nil, holding it (as a local hand-off's heir does).
 //
 // A waiter keeps its place alive by attempting again at least every third of the Client's
 // fair wait time (WithFairLockWaitTimeout, by default the watchdog timeout). A waiter that
@@ -60,22 +61,29 @@ func (l *exclusive) keys(more ...string) []string {
 	return append([]string{l.o.name, f.queue, f.timeouts, f.leases}, more...)
 }
 
-// leave takes the owner's place out of the queue after a wait that did not end in the lock.
-func (l *exclusive) leave(ctx context.Context) {
+// leave takes the owner's place out of the queue after a wait that did not end in the lock,
+// and reports whether a release granted the owner the lock meanwhile: the wait then takes
+// it (as a local hand-off's heir does when its context ends), since the leave cannot hand
+// it back safely — a late run of a leave that released the owner's hold could release a
+// hold the owner took since.
+func (l *exclusive) leave(ctx context.Context, lease time.Duration) (bool, error) {
 	o := &l.o
-	o.withdraw(ctx, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd, nowMs()}})
+	return o.withdraw(ctx, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd, nowMs()}},
+		func(msg rueidis.RedisMessage) (bool, error) {
+			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
+				return false, nil
+			}
+			err := o.took(o.sent, lease, 0)
+			return err == nil, err
+		})
 }
 
 // keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts
-// again within a third of the fair wait time — a place in a fair lock's queue, or a waiting
-// writer's claim, lapses a wait time after its last attempt — and of the lease it asks for
-// (0: the watchdog's): a lock granted to it is timed from its last attempt.
-func (c *Client) keepAlive(ttl int64, lease time.Duration) int64 {
-	if lease == 0 {
-		lease = c.wdTimeout
-	}
-	if every := min(c.fairWait, lease).Milliseconds() / 3; ttl < 0 || ttl > every {
-		return max(every, 1)
+// again within a third of the fair wait time: a place in a fair lock's queue, or a waiting
+// writer's claim, lapses a wait time after its last attempt.
+func (c *Client) keepAlive(ttl int64) int64 {
+	if every := c.fairWait.Milliseconds() / 3; ttl < 0 || ttl > every {
+		return every
 	}
 	return ttl
 }
@@ -85,15 +93,24 @@ func (c *Client) keepAlive(ttl int64, lease time.Duration) int64 {
 // channels must be) above 1, so that none is Redisson's 0 or 1.
 func (c *Client) newToken() string { return strconv.FormatUint(c.waits.Add(1)+1, 10) }
 
-// takeGrant records the hold of a waiter granted the lock, timed from its last attempt: the
-// grant, and its lease, came after that attempt.
-func (o *owner) takeGrant(lease time.Duration) (bool, error) {
-	if err := o.lock(context.Background()); err != nil {
-		return false, err
-	}
+// takeGrant records the hold of a waiter granted the lock, if the owner has made no request
+// since the attempt that asked for it (requests): the grant came after that attempt, and
+// nothing of the owner's since can have taken or released it, so the hold is there, timed
+// from that attempt. Otherwise — or if the lease, so timed, has less than half left — it
+// reports the grant not taken, and the waiter attempts, which adopts and renews whatever
+// hold of its owner's is there.
+func (o *owner) takeGrant(lease time.Duration, requests uint64) (ok bool, err error, taken bool) {
+	_ = o.lock(context.Background())
 	defer o.unlock()
-	err := o.took(o.sent, lease, 0)
-	return err == nil, err
+	ttl := lease
+	if ttl == 0 {
+		ttl = o.c.wdTimeout
+	}
+	if o.requests != requests || o.count != 0 || o.unsure || time.Until(o.sent.Add(ttl)) < ttl/2 {
+		return false, nil, false
+	}
+	err = o.took(o.sent, lease, 0)
+	return err == nil, err, true
 }
 
 // nowMs is the wall clock in epoch ms, as Redisson's fair lock scripts take it: processes

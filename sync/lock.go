@@ -144,7 +144,8 @@ func (cfg *lockConfig) check() error {
 
 // Lock takes the lock, waiting as long as ctx allows. Waiters are woken by the release
 // message and re-check at the holder's lease expiry. When ctx ends first, Lock returns
-// ctx.Err() and does not hold the lock. Re-entering a hold that is gone from Redis (deleted,
+// ctx.Err() and does not hold the lock — unless a release handed it the lock at that moment
+// (a local hand-off, a fair lock's grant): then it returns nil, holding it. Re-entering a hold that is gone from Redis (deleted,
 // expired) or whose lease was lost fails with ErrLockLost. An error wrapping
 // ErrOutcomeUnknown means no reply came back: either for the acquire, which may have run —
 // the hold it may have taken is not counted, not renewed, and lapses with its lease, or the
@@ -175,7 +176,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	o := &l.o
 	leaseMs := o.c.leaseMs(lease)
 	if limit == 0 {
-		_, ok, err := l.attempt(ctx, lease, leaseMs, false, "0")
+		_, ok, err := l.attempt(ctx, lease, leaseMs, false, "0", nil)
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
@@ -195,7 +196,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 		// tell it to attempt (0).
 		a.token = o.c.newToken()
 		w.policy, w.early, w.grant = pubsub.AllPolicy, true, a.token
-		w.granted = func() (bool, error) { return o.takeGrant(lease) }
+		w.granted = func() (bool, error, bool) { return o.takeGrant(lease, a.requests) }
 	}
 	if join && o.c.maxHandoff > 0 {
 		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs, attempt: a}
@@ -203,7 +204,9 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	}
 	ok, err := o.c.acquire(ctx, w)
 	if !ok && l.fair != nil {
-		l.leave(ctx)
+		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
+			return got, gerr
+		}
 	}
 	return ok, err
 }
@@ -211,22 +214,26 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
 // hand-off queue.
 type lockAttempt struct {
-	l       *exclusive
-	lease   time.Duration
-	leaseMs string
-	token   string // a fair lock's: the message with which a release grants this wait the lock
-	heir    heir
+	l        *exclusive
+	lease    time.Duration
+	leaseMs  string
+	token    string // a fair lock's: the message with which a release grants this wait the lock
+	requests uint64 // the owner's request count at this wait's latest attempt
+	heir     heir
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
-	return a.l.attempt(ctx, a.lease, a.leaseMs, true, a.token)
+	return a.l.attempt(ctx, a.lease, a.leaseMs, true, a.token, &a.requests)
 }
 
 // attempt makes one attempt. A fair lock's waiter (queue) takes or keeps its place in the
 // queue, and is told to attempt again within a third of the place's wait time.
-func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, queue bool, token string) (int64, bool, error) {
+func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, queue bool, token string, requests *uint64) (int64, bool, error) {
 	o := &l.o
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
+		if requests != nil {
+			*requests = o.requests + 1 // this one
+		}
 		if l.fair != nil {
 			return script{lua.FairAcquire, l.keys(),
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(queue), token}}
@@ -234,7 +241,7 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
 	})
 	if l.fair != nil {
-		ttl = o.c.keepAlive(ttl, lease)
+		ttl = o.c.keepAlive(ttl)
 	}
 	return ttl, ok, err
 }

@@ -51,11 +51,15 @@ type owner struct {
 	unsettled *request // a numbered request whose outcome is unknown, repeated before the next
 	unsure    bool     // an acquire's outcome is unknown: Redis may count a hold the owner does not
 
-	sent   time.Time     // when the latest acquire request was sent
-	count  int           // holds as last known
-	leaseD time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
-	run    int           // consecutive local hand-offs that led to the current hold
-	lease  atomic.Pointer[watchdog.Lease]
+	// requests counts the owner's requests; sent is when the latest acquire that got a reply
+	// was sent. A lock granted to the owner was granted after that acquire, so its lease is
+	// timed from sent — if no request came since (see takeGrant).
+	requests uint64
+	sent     time.Time
+	count    int           // holds as last known
+	leaseD   time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
+	run      int           // consecutive local hand-offs that led to the current hold
+	lease    atomic.Pointer[watchdog.Lease]
 }
 
 // init makes o a fresh owner of c on the object called name, its holds leased as kind.
@@ -142,7 +146,7 @@ func (o *owner) nextRequest() (latch, n string) {
 // in o.unsettled, to be repeated before the owner's next request; the caller sets what its
 // answer will mean (settled). Caller holds op.
 func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
-	msg, err := o.c.exec(ctx, script, keys, args)
+	msg, err := o.exec(ctx, script, keys, args)
 	if errors.Is(err, ErrOutcomeUnknown) {
 		o.unsettled = &request{script: script, keys: keys, args: args}
 	}
@@ -158,7 +162,7 @@ func (o *owner) settle(ctx context.Context) error {
 	if r == nil {
 		return nil
 	}
-	msg, err := o.c.exec(ctx, r.script, r.keys, r.args)
+	msg, err := o.exec(ctx, r.script, r.keys, r.args)
 	if err != nil {
 		return fmt.Errorf("%w (an earlier release of the handle is still unsettled)", o.wrap(err))
 	}
@@ -258,9 +262,11 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		return 0, false, o.lost("re-entry after the lease was lost")
 	}
 	sent := time.Now()
-	o.sent = sent
 	r := req()
-	msg, err := o.c.exec(ctx, r.s, r.keys, r.args)
+	msg, err := o.exec(ctx, r.s, r.keys, r.args)
+	if err == nil {
+		o.sent = sent
+	}
 	if err != nil {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		return 0, false, o.wrap(err)
@@ -374,20 +380,33 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 	return nil
 }
 
+// exec runs one request of the owner's, counting it. Caller holds op.
+func (o *owner) exec(ctx context.Context, s *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+	o.requests++
+	return o.c.exec(ctx, s, keys, args)
+}
+
 // withdraw runs s, which withdraws a waiter's claim on the object (a fair lock's place, a
 // writer's claim) after a wait that did not end in a hold — whatever ctx says: a claim left
 // behind would hold others up until it lapsed. If Redis cannot be told, it lapses by itself
-// (see FairLock and RWLock for when).
-func (o *owner) withdraw(ctx context.Context, s script) {
+// (see FairLock and RWLock for when). then, if not nil, is given the reply, under op.
+func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisMessage) (bool, error)) (bool, error) {
 	ctx = context.WithoutCancel(ctx)
 	_ = o.lock(ctx)
 	defer o.unlock()
 	if o.count > 0 {
-		return // a re-entry, which never claims
+		return false, nil // a re-entry, which never claims
 	}
-	if _, err := o.c.exec(ctx, s.s, s.keys, s.args); err != nil {
+	msg, err := o.exec(ctx, s.s, s.keys, s.args)
+	if err != nil {
+		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", zap.String("name", o.name), zap.Error(o.wrap(err)))
+		return false, nil
 	}
+	if then == nil {
+		return false, nil
+	}
+	return then(msg)
 }
 
 // ttl is the lease of the latest hold: the TTL a partial release keeps at least.

@@ -15,11 +15,13 @@ import (
 // <owner>:write: write holds}, a key {name}:<owner>:rwlock_timeout:<k> per read hold, and
 // releases published on redisson_rwlock:{name} (0 after the last read, 1 after a write).
 //
-// Like sync.RWMutex, any number of readers may hold it at once, or one writer; and a writer
-// that waits makes new readers wait, so that a stream of overlapping readers cannot keep it
-// out for ever (this claim, in the zset {name}:rwlock_writers, is latchkey's: Java readers
-// do not see it, and in a mixed fleet Java readers can still keep a writer waiting). A
-// reader re-entering, or taking a read lock under its own write lock, never waits.
+// Like sync.RWMutex, any number of readers may hold it at once, or one writer; a writer that
+// waits makes new readers wait, so that a stream of overlapping readers cannot keep it out
+// for ever, and a writer's release lets the readers it woke in before the next writer, so
+// that writers taking turns cannot keep readers out either. (The writers' claims, in the
+// zset {name}:rwlock_writers, are latchkey's: Java readers do not see them, and in a mixed
+// fleet Java readers can still keep a writer waiting.) A reader re-entering, or taking a
+// read lock under its own write lock, never waits.
 //
 // The handle is one owner, as Lock's is: its read and write holds each nest, and each Lock
 // or RLock is matched by one Unlock or RUnlock. Holding the write lock, it may take read
@@ -28,8 +30,9 @@ import (
 // ever). Nor should a goroutine holding a read lock take another through a second handle:
 // behind a waiting writer, that reader waits for a writer that waits for it.
 //
-// Leases, waiting, contexts, unknown outcomes and Lost work as for Lock; read holds are
-// renewed by their own watchdog kind, which renews each hold's timeout key.
+// Leases, contexts, unknown outcomes and Lost work as for Lock; read holds are renewed by
+// their own watchdog kind, which renews each hold's timeout key. Waiters neither queue
+// locally nor are handed the lock: every release wakes every local waiter, and each attempts.
 type RWLock struct {
 	r, w     owner  // the reader (field <owner>) and the writer (<owner>:write)
 	channel  string // redisson_rwlock:{name}
@@ -157,14 +160,14 @@ func (l *RWLock) attempt(ctx context.Context, write bool, lease time.Duration, l
 		return script{lua.WriteAcquire, []string{o.name, l.writers},
 			[]string{leaseMs, o.id, strconv.Itoa(o.count), nowMs(), c.fairWaitMs, flag(waiting)}}
 	})
-	return c.keepAlive(ttl, lease), ok, err
+	return c.keepAlive(ttl), ok, err
 }
 
 // leave drops the writer's claim after a wait that did not end in the lock, and wakes the
 // readers it held back.
 func (l *RWLock) leave(ctx context.Context) {
 	o := &l.w
-	o.withdraw(ctx, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}})
+	_, _ = o.withdraw(ctx, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil)
 }
 
 // RUnlock releases one read hold. Its guarantee and errors are Lock.Unlock's.
@@ -183,7 +186,7 @@ func (l *RWLock) RUnlock(ctx context.Context) error {
 func (l *RWLock) Unlock(ctx context.Context) error {
 	o := &l.w
 	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) {
-		return script{lua.WriteRelease, []string{o.name, l.channel, latch},
+		return script{lua.WriteRelease, []string{o.name, l.channel, latch, l.writers},
 			[]string{"1", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
 				strconv.Itoa(o.count), n}}, nil
 	})

@@ -906,3 +906,54 @@ func TestRWLockJavaReadReleaseWakesWriterBehindHeldBackReader(t *testing.T) {
 		rwNoKeys(t, rdb, "after every release")
 	})
 }
+
+// Writers taking turns must not keep a reader out: freeing the lock drops the waiting
+// writers' claims, so the readers woken get in before the next writer claims again. (With
+// the claims kept, a writer's release found the other writer's claim live, every reader was
+// refused, and the writers alternated for ever.)
+func TestRWLockWritersTakingTurnsLetReadersIn(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "rw:writer-turns"
+		ctx := testCtx(t, 20*time.Second)
+		stop := make(chan struct{})
+		var wg gosync.WaitGroup
+		for range 2 {
+			c, _ := newClient(t, b.Addr)
+			w := c.RWLock(name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := w.Lock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(2 * time.Millisecond) // the hold: long enough for the other writer to wait
+					if err := w.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		rc, _ := newClient(t, b.Addr)
+		r := rc.RWLock(name)
+		for i := range 3 {
+			ok, err := r.TryRLock(ctx, WaitTime(2*time.Second))
+			if !ok || err != nil {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("read %d behind writers taking turns: %v, %v", i, ok, err)
+			}
+			must(t, r.RUnlock(ctx))
+		}
+		close(stop)
+		wg.Wait()
+	})
+}

@@ -30,7 +30,7 @@ type wait struct {
 	early bool
 	// granted, if not nil, takes what the message grant says a release gave the waiter.
 	grant   string
-	granted func() (bool, error)
+	granted func() (ok bool, err error, taken bool)
 }
 
 // An attempter makes one attempt. ttl is in ms, negative when unknown: on failure, when the
@@ -138,7 +138,9 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		case <-sub.C():
 			woken = true
 			if w.granted != nil && sub.Last() == w.grant {
-				return w.granted()
+				if ok, err, taken := w.granted(); taken {
+					return ok, err
+				}
 			}
 		case <-timer.C:
 		case got := <-verdicts:

@@ -1,0 +1,100 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// Regressions from a review of the fair grant.
+
+// A goroutine of a shared handle adopts the grant (TryLock), releases it (the lock goes to x);
+// the held-back grant message then reaches the still-waiting goroutine, whose token it is. It
+// must not take it: the owner made requests since the attempt the grant answered.
+func TestFairGrantAdoptedBySiblingIsNotTakenAgain(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:review-own-token"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		gate := newGateProxy(t, b.Addr)
+		wc, _ := newClient(t, gate.addr())
+		wn := fairCountAttempts(wc)
+		hc, _ := newClient(t, b.Addr)
+		xc, _ := newClient(t, b.Addr)
+		xn := fairCountAttempts(xc)
+		w, holder, x := wc.FairLock(name), hc.FairLock(name), xc.FairLock(name)
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		g := fairStartLock(ctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+		xDone := fairStartLock(ctx, x)
+		fairAwaitQueue(t, admin, name, w.Owner(), x.Owner())
+		fairAwaitSettled(t, xn)
+
+		gate.arm([]byte(fairOwnChannel(w)))
+		if err := holder.Unlock(ctx); err != nil { // grants w, message held back
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "grant held back", gate.holding)
+		// another goroutine on the handle
+		if ok, err := w.TryLock(ctx); !ok || err != nil {
+			t.Fatalf("TryLock: %v %v", ok, err)
+		}
+		if err := w.Unlock(ctx); err != nil { // grants x
+			t.Fatal(err)
+		}
+		if err := fairAwait(t, xDone, 5*time.Second, "x"); err != nil {
+			t.Fatal(err)
+		}
+		gate.open()
+		select {
+		case err := <-g:
+			_, inRedis := hgetField(t, admin, name, w.Owner())
+			t.Fatalf("waiting goroutine returned %v (Valid %v, w in hash %v) while x holds", err, w.Valid(), inRedis)
+		case <-time.After(time.Second):
+		}
+	})
+}
+
+// A first run of a fair waiter's leave reaching Redis after its retry (as late_unlock_test
+// does for releases) must not delete a hold the handle took since: a leave never touches the
+// lock.
+func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:late-leave"
+		ctx := testCtx(t, 20*time.Second)
+		p := newHoldProxy(t, b.Addr)
+		wc, _ := newClient(t, p.addr())
+		hc, _ := newClient(t, b.Addr)
+		oc, _ := newClient(t, b.Addr)
+		admin := b.Client(t)
+		wn := fairCountAttempts(wc)
+		w, holder := wc.FairLock(name), hc.FairLock(name)
+		must(t, holder.Lock(ctx))
+		wctx, cancel := context.WithCancel(ctx)
+		done := fairStartLock(wctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+		p.arm("PUBLISH", false) // the leave's arguments carry it
+		cancel()
+		if err := fairAwait(t, done, 5*time.Second, "w"); !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		if p.holding() != 1 {
+			t.Fatalf("leave not held back")
+		}
+		must(t, holder.Unlock(ctx))
+		must(t, w.Lock(ctx)) // w holds
+		p.release()
+		if ok, err := oc.FairLock(name).TryLock(ctx); err != nil || ok {
+			t.Fatalf("two holders: another Client took the lock while w holds it (Valid %v): %v %v", w.Valid(), ok, err)
+		}
+	})
+}

@@ -248,9 +248,9 @@ func TestFairGrantJavaHeadGetsZero(t *testing.T) {
 	})
 }
 
-// A grant the waiter never learned of (its message lost) is released by the leave its
-// ended wait runs, and the free lock goes on to the waiter behind, granted in turn.
-func TestFairGrantUnlearnedReleasedByLeave(t *testing.T) {
+// A grant the waiter never learned of (its message lost) is found by the leave its ended
+// wait runs, and taken: the call succeeds. Its release then grants the waiter behind in turn.
+func TestFairGrantUnlearnedTakenByLeave(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name = "fair:unlearned"
@@ -602,13 +602,10 @@ func commandCalls(t *testing.T, rdb rueidis.Client, cmd string) int64 {
 	return 0
 }
 
-// Regression: a release that grants the lock to a waiter whose wait is ending, and whose leave then
-// releases that hold, leaves the "2" it published on the waiter's channel — which lingers
-// subscribed — as good as any. If it reaches the Client only after the same handle has begun
-// to wait again (the subscriber connection lagging the command connection by a round trip or
-// two: a retransmission, a busy process), that later wait takes it as its own grant, and Lock
-// returns nil while another handle holds the lock. The proxy holds the message back to make
-// the order certain.
+// Regression: a grant's message, held back, reaching a later wait of the same handle must
+// not be taken for a grant of that wait (it was, when every grant was the message "2": Lock
+// returned nil while another handle held the lock). Grants carry the wait's token now. The
+// proxy holds the message back to make the order certain.
 func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -735,12 +732,13 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 	})
 }
 
-// Regression: two goroutines sharing a handle wait on its one place and its one channel. A release
-// grants the handle; one goroutine's wait ends (its context) and its leave releases the grant
-// and hands the lock on; the other then takes the "2" and returns holding a lock that another
-// waiter holds. No network delay is needed — only the leaving goroutine taking the owner's op
-// before the other; the proxy holds the message back to make that order certain.
-func TestFairGrantSharedHandleLeaveRevokesGrant(t *testing.T) {
+// Regression: two goroutines sharing a handle wait on its one place and its one channel. A
+// release grants the handle; one goroutine's wait ends (its context). A leave that released
+// the grant and handed the lock on let the other goroutine take the grant's message and hold
+// the lock beside the waiter it went to. Now the leave takes the grant for the handle, the
+// other goroutine re-enters, and the waiter behind waits for the handle's releases. The
+// proxy holds the message back to make the order certain.
+func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name = "fair:shared-handle"

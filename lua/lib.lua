@@ -1,6 +1,13 @@
 -- Helpers shared by the lock scripts; lua.go puts this file in front of each script that
 -- uses them.
 
+-- extend sets key's TTL to at least ms (a number): a lease only grows.
+local function extend(key, ms)
+    if redis.call('pttl', key) < ms then
+        redis.call('pexpire', key, ms)
+    end
+end
+
 -- numbered runs a release numbered req on its owner's unlock latch (REDISSON-LAYOUT §1.6):
 -- run acts and returns the reply, nil when the owner held nothing; replay is what a repeat
 -- of the request replies.
@@ -44,9 +51,7 @@ local function release(key, latch, latchPx, owner, holds, req, leaseMs, freed, f
                 return nil
             end
             redis.call('hset', key, owner, holds - 1)
-            if redis.call('pttl', key) < leaseMs then
-                redis.call('pexpire', key, leaseMs)
-            end
+            extend(key, leaseMs)
             return 0
         end
         -- The last hold. The owner's field is the only holder's (an exclusive lock), so
@@ -80,9 +85,7 @@ local function reenter(key, owner, holds, leaseMs)
         return false
     end
     redis.call('hset', key, owner, holds + 1)
-    if redis.call('pttl', key) < leaseMs then
-        redis.call('pexpire', key, leaseMs)
-    end
+    extend(key, leaseMs)
     return true
 end
 

@@ -41,7 +41,5 @@ redis.call('hset', KEYS[1], ARGV[2], holds + 1)
 for k = 1, holds + 1 do
     grow(KEYS[2] .. ':' .. k, lease)
 end
-if redis.call('pttl', KEYS[1]) < lease then
-    redis.call('pexpire', KEYS[1], lease)
-end
+extend(KEYS[1], lease)
 return nil

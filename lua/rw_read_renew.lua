@@ -12,9 +12,7 @@ for i = 1, #KEYS / 2 do
         for k = 1, n do
             grow(KEYS[2 * i] .. ':' .. k, lease)
         end
-        if redis.call('pttl', key) < lease then
-            redis.call('pexpire', key, lease)
-        end
+        extend(key, lease)
         held[i] = 1
     else
         held[i] = 0

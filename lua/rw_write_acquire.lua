@@ -20,8 +20,6 @@ if redis.call('exists', KEYS[1]) == 0 then
 end
 if ARGV[6] == '1' then
     redis.call('zadd', KEYS[2], tonumber(ARGV[4]) + tonumber(ARGV[5]), ARGV[2])
-    if redis.call('pttl', KEYS[2]) < tonumber(ARGV[5]) then
-        redis.call('pexpire', KEYS[2], ARGV[5])
-    end
+    extend(KEYS[2], tonumber(ARGV[5]))
 end
 return redis.call('pttl', KEYS[1])

@@ -55,7 +55,8 @@ type exclusive struct {
 
 func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
 	l.o.init(c, name, c.lockKind)
-	l.channel, l.wakeCh, l.fair = prefixName(lockChannelPrefix, name), prefixName(lockChannelPrefix, name), fair
+	l.channel, l.fair = prefixName(lockChannelPrefix, name), fair
+	l.wakeCh = l.channel
 	if fair != nil {
 		l.wakeCh += ":" + l.o.id
 	}
@@ -176,7 +177,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	o := &l.o
 	leaseMs := o.c.leaseMs(lease)
 	if limit == 0 {
-		_, ok, err := l.attempt(ctx, lease, leaseMs, false, "0", nil)
+		_, ok, err := l.attempt(ctx, lease, leaseMs, nil)
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
@@ -223,20 +224,23 @@ type lockAttempt struct {
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
-	return a.l.attempt(ctx, a.lease, a.leaseMs, true, a.token, &a.requests)
+	return a.l.attempt(ctx, a.lease, a.leaseMs, a)
 }
 
-// attempt makes one attempt. A fair lock's waiter (queue) takes or keeps its place in the
-// queue, and is told to attempt again within a third of the place's wait time.
-func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, queue bool, token string, requests *uint64) (int64, bool, error) {
+// attempt makes one attempt, for the waiting acquisition w (nil: a single attempt). A fair
+// lock's waiter takes or keeps its place in the queue, and is told to attempt again within a
+// third of the place's wait time.
+func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, w *lockAttempt) (int64, bool, error) {
 	o := &l.o
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
-		if requests != nil {
-			*requests = o.requests + 1 // this one
-		}
 		if l.fair != nil {
+			token := "0"
+			if w != nil {
+				w.requests = o.requests + 1 // this one
+				token = w.token
+			}
 			return script{lua.FairAcquire, l.keys(),
-				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(queue), token}}
+				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(w != nil), token}}
 		}
 		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
 	})

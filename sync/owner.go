@@ -264,13 +264,11 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 	sent := time.Now()
 	r := req()
 	msg, err := o.exec(ctx, r.s, r.keys, r.args)
-	if err == nil {
-		o.sent = sent
-	}
 	if err != nil {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		return 0, false, o.wrap(err)
 	}
+	o.sent = sent
 	// A reply: whatever an earlier acquire did, this one adopted or saw gone. (A first run of
 	// a hand-off to this owner reaching Redis even later can still hand it over; the owner
 	// adopts that at its next re-check, or it lapses with its lease.)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/latchkey/latchkey/lua"
@@ -49,8 +50,7 @@ func (c *Client) RWLock(name string) *RWLock {
 	l.w.init(c, name, c.lockKind)
 	l.w.id = l.r.id + ":write"
 	l.timeouts = readTimeouts(name, l.r.id)
-	l.prefix = suffixName(name, "")
-	l.prefix = l.prefix[:len(l.prefix)-1]
+	l.prefix = strings.TrimSuffix(suffixName(name, ""), ":")
 	return l
 }
 

@@ -136,3 +136,43 @@ local function hand_on(lock, queue, timeouts, leases, channel, publish)
     redis.call('pexpire', lock, lease)
     redis.call(publish, channel .. ':' .. head, token)
 end
+
+-- Waiting latchkey clients of a plain lock (a latchkey addition; Redisson's layout is
+-- untouched). A client with waiters on the lock registers a token of its own — a decimal
+-- integer above 1, which Redisson's clients ignore on the lock channel — in the zset
+-- clients, scored by when the registration lapses unless renewed (server time in µs, which
+-- a double holds exactly, so that clients registering within a millisecond keep their
+-- order). A release that frees the lock wakes the longest-registered other client alone,
+-- instead of one waiter in every client.
+
+-- now_us is the server's clock in µs, as a string: a number passed to redis.call may be
+-- written with 14 significant digits (100 µs here).
+local function now_us(plus_ms)
+    local t = redis.call('time')
+    return string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]) + plus_ms * 1000)
+end
+
+-- wait_here registers token in clients for ms from now; a registration already there moves
+-- to the end.
+local function wait_here(clients, token, ms)
+    redis.call('zadd', clients, now_us(ms), token)
+    extend(clients, ms)
+end
+
+-- wake_next tells the lock channel that a plain lock is free. It drops self's registration
+-- and publishes the token of the longest-registered live client left (whose registration
+-- goes) and then 0, for Redisson's waiters: latchkey clients ignore a 0 right after a token.
+-- With no such client it publishes 0 alone, and one waiter of every client attempts, as
+-- with Redisson.
+local function wake_next(clients, channel, publish, self)
+    if redis.call('exists', clients) == 1 then
+        redis.call('zremrangebyscore', clients, '-inf', now_us(0))
+        redis.call('zrem', clients, self)
+        local next = redis.call('zrange', clients, 0, 0)[1]
+        if next then
+            redis.call('zrem', clients, next)
+            redis.call(publish, channel, next)
+        end
+    end
+    redis.call(publish, channel, 0)
+end

@@ -1,9 +1,11 @@
 -- Reentrant lock acquire (Redisson RLock, REDISSON-LAYOUT §2.2), safe to repeat.
--- KEYS[1] lock hash; ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] the holds the owner knows
--- it has (0: a first acquire).
+-- KEYS[1] lock hash, KEYS[2] (waiting only) the zset of waiting clients; ARGV[1] lease ms,
+-- ARGV[2] owner id, ARGV[3] the holds the owner knows it has (0: a first acquire);
+-- ARGV[4], ARGV[5], for a waiting acquire: the client's token and how long its registration
+-- lasts (ms).
 -- Reply: nil when acquired or re-entered; -3 when the owner knows it holds the lock but its
 -- field is gone (deleted, expired: nothing changes); otherwise the holder's PTTL (-1 when the
--- key has no expiry).
+-- key has no expiry), and a waiting acquire registers its client (see wait_here).
 --
 -- The count is set to one above what the owner knows (see reenter). (Redisson increments it,
 -- and resets the TTL to the lease on re-entry; only this owner's holds see the difference.)
@@ -16,5 +18,8 @@ if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], lease)
     return nil
+end
+if ARGV[4] then
+    wait_here(KEYS[2], ARGV[4], tonumber(ARGV[5]))
 end
 return redis.call('pttl', KEYS[1])

@@ -22,6 +22,8 @@ var (
 	lockRelease string
 	//go:embed lock_force_release.lua
 	lockForceRelease string
+	//go:embed lock_leave.lua
+	lockLeave string
 	//go:embed lock_renew.lua
 	lockRenew string
 	//go:embed fair_acquire.lua
@@ -47,24 +49,33 @@ var (
 )
 
 var (
-	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock], ARGV [leaseMs, owner,
-	// holdsKnown]; the count becomes holdsKnown+1 and the TTL at least leaseMs. It replies
-	// nil when acquired, -3 when holdsKnown > 0 but the owner's field is gone (nothing
-	// changes), or the holder's PTTL.
+	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (waiting clients)], ARGV
+	// [leaseMs, owner, holdsKnown, (token, registrationMs)]; the count becomes holdsKnown+1
+	// and the TTL at least leaseMs. It replies nil when acquired, -3 when holdsKnown > 0 but
+	// the owner's field is gone (nothing changes), or the holder's PTTL — and then, given a
+	// token, registers it as a waiting client's (a latchkey addition).
 	LockAcquire = rueidis.NewLuaScript(lib + lockAcquire)
 
-	// LockRelease drops one hold of a reentrant lock and publishes the unlock message when the
-	// lock is freed: KEYS [lock, channel, owner's latch], ARGV [message, leaseMs, owner,
-	// publishCmd, latchMs, holdsKnown, requestNumber, (heir, heirLeaseMs)]; the count becomes
-	// holdsKnown-1 (the TTL at least leaseMs), and the lock is freed at 0. It replies nil (not
-	// held), 0 (still held), 1 (freed) or 2 (handed to the heir, who holds it once with its
-	// lease; no message). The latch keeps the owner's highest request number: a repeat of a
-	// request replies what the first run did, and an older one arriving late changes nothing.
+	// LockRelease drops one hold of a reentrant lock and, when it frees the lock, wakes the
+	// next waiting client: KEYS [lock, channel, owner's latch, waiting clients], ARGV
+	// [leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, token, waitersLeft
+	// (1/0), registrationMs, (heir, heirLeaseMs)]; the count becomes holdsKnown-1 (the TTL
+	// at least leaseMs), and the lock is freed at 0. It replies nil (not held), 0 (still
+	// held), 1 (freed: the next registered client's token and 0 published, or 0 alone) or 2
+	// (handed to the heir, who holds it once with its lease; no message). The latch keeps
+	// the owner's highest request number: a repeat of a request replies what the first run
+	// did, and an older one arriving late changes nothing.
 	LockRelease = rueidis.NewLuaScript(lib + lockRelease)
 
-	// LockForceRelease deletes a lock whoever holds it and publishes the unlock message:
-	// KEYS [lock, channel], ARGV [message, publishCmd]. It replies 1 if a lock was deleted.
-	LockForceRelease = rueidis.NewLuaScript(lockForceRelease)
+	// LockForceRelease deletes a lock whoever holds it and wakes the next waiting client as
+	// LockRelease does: KEYS [lock, channel, waiting clients], ARGV [publishCmd]. It replies
+	// 1 if a lock was deleted.
+	LockForceRelease = rueidis.NewLuaScript(lib + lockForceRelease)
+
+	// LockLeave drops a client's registration as a waiter of a plain lock when its last
+	// waiter gives up: KEYS [lock, waiting clients, channel], ARGV [token, publishCmd]. If the
+	// registration was gone already and the lock is free, it wakes the next client.
+	LockLeave = rueidis.NewLuaScript(lib + lockLeave)
 
 	// LockRenew sets the TTL of every listed lock its owner still holds to at least the lease:
 	// KEYS [lock1..k], ARGV [leaseMs, owner1..k]. It replies an array of 1 (renewed) and 0

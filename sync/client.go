@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -195,6 +196,11 @@ type Client struct {
 
 	heirs heirs // local waiters a release may hand its lock to
 
+	// lockToken registers this Client's waiters of plain locks, and lockPolicy wakes one of
+	// them on it (see lock_release.lua).
+	lockToken  string
+	lockPolicy pubsub.Policy
+
 	mux      *pubsub.Mux
 	wd       *watchdog.Watchdog
 	lockKind *watchdog.Kind // leases of exclusive holds: the field's TTL
@@ -253,6 +259,14 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("dsync: random request-ID prefix: %w", err)
 	}
 	c.reqPrefix = hex.EncodeToString(prefix[:])
+	var token [8]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return nil, fmt.Errorf("dsync: random client token: %w", err)
+	}
+	// A decimal integer from 2 to 2^62+1, as Redisson's clients parse the payloads of a lock
+	// channel (and ignore any but 0 and 1).
+	c.lockToken = strconv.FormatUint(binary.BigEndian.Uint64(token[:])>>2+2, 10)
+	c.lockPolicy = pubsub.TargetedLockPolicy(c.lockToken)
 	mode := pubsub.Plain
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded

@@ -50,6 +50,7 @@ type exclusive struct {
 	o       owner
 	channel string    // the lock's channel
 	wakeCh  string    // the channel its waiters listen on: a fair lock's are their own
+	clients string    // a plain lock's zset of waiting clients (see lock_release.lua)
 	fair    *fairKeys // nil: a plain lock
 }
 
@@ -59,6 +60,8 @@ func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
 	l.wakeCh = l.channel
 	if fair != nil {
 		l.wakeCh += ":" + l.o.id
+	} else {
+		l.clients = suffixName(name, "lock_clients")
 	}
 }
 
@@ -191,7 +194,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	join := o.count == 0 && !o.unsure && o.unsettled == nil && l.fair == nil
 	o.unlock()
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
-	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
+	w := wait{channel: l.wakeCh, policy: o.c.lockPolicy, limit: limit, join: join, attempt: a}
 	if l.fair != nil {
 		// The waiter's own channel: a release may grant it the lock (its token) rather than
 		// tell it to attempt (0).
@@ -204,10 +207,17 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 		w.heir = &a.heir
 	}
 	ok, err := o.c.acquire(ctx, w)
-	if !ok && l.fair != nil {
+	switch {
+	case ok:
+	case l.fair != nil:
 		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
 			return got, gerr
 		}
+	case o.c.mux.Waiters(l.channel) == 0 && !o.c.isClosed():
+		// The client's last waiter: its registration goes, or, if a release woke this client
+		// as the wait ended, the next client is woken.
+		_, _ = o.withdraw(ctx, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
+			[]string{o.c.lockToken, o.c.publishCmd}}, nil)
 	}
 	return ok, err
 }
@@ -242,9 +252,14 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 			return script{lua.FairAcquire, l.keys(),
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(w != nil), token}}
 		}
+		if w != nil {
+			// A waiter registers its client, so that a release wakes it alone.
+			return script{lua.LockAcquire, []string{o.name, l.clients},
+				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken, o.c.fairWaitMs}}
+		}
 		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
 	})
-	if l.fair != nil {
+	if l.fair != nil || w != nil {
 		ttl = o.c.keepAlive(ttl)
 	}
 	return ttl, ok, err
@@ -281,11 +296,12 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 			return script{lua.FairRelease, l.keys(l.channel, latch),
 				[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n, nowMs()}}, nil
 		}
-		args := []string{"0", leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n}
+		args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n,
+			o.c.lockToken, flag(h == nil && o.c.mux.Waiters(l.channel) > 0), o.c.fairWaitMs}
 		if h != nil {
 			args = append(args, h.o.id, h.leaseMs)
 		}
-		return script{lua.LockRelease, []string{o.name, l.channel, latch}, args}, h
+		return script{lua.LockRelease, []string{o.name, l.channel, latch, l.clients}, args}, h
 	})
 }
 
@@ -297,7 +313,7 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := o.check(ctx); err != nil {
 		return false, err
 	}
-	script, keys, args := lua.LockForceRelease, []string{o.name, l.channel}, []string{"0", o.c.publishCmd}
+	script, keys, args := lua.LockForceRelease, []string{o.name, l.channel, l.clients}, []string{o.c.publishCmd}
 	if l.fair != nil {
 		script, keys, args = lua.FairForceRelease, l.keys(l.channel), []string{o.c.publishCmd, nowMs()}
 	}

@@ -296,9 +296,9 @@ func TestNotHeldReleaseRepeatsAsNotHeld(t *testing.T) {
 		latch := latchKeyFor(mu.Name(), c.newRequestID())
 		for i, holds := range []string{"1", "2"} {
 			req := strconv.Itoa(9 + i)
-			args := []string{"0", "30000", mu.Owner(), c.publishCmd, unlockLatchMs, holds, req}
+			args := []string{"30000", mu.Owner(), c.publishCmd, unlockLatchMs, holds, req, c.lockToken, "0", c.fairWaitMs}
 			for run := range 2 {
-				err := lua.LockRelease.Exec(ctx, rdb, []string{mu.Name(), mu.channel, latch}, args).Error()
+				err := lua.LockRelease.Exec(ctx, rdb, []string{mu.Name(), mu.channel, latch, mu.clients}, args).Error()
 				if !rueidis.IsRedisNil(err) {
 					t.Fatalf("holds %s, run %d: %v, want nil (not held)", holds, run, err)
 				}

@@ -33,7 +33,7 @@ func (r *hookedRDB) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redis
 }
 
 // isReleaseOf reports whether cmd is a run of lua.LockRelease by owner (its own release, not
-// one that hands the lock to it): EVALSHA|EVAL, script, 3, name, channel, latch, message,
+// one that hands the lock to it): EVALSHA|EVAL, script, 4, name, channel, latch, clients,
 // lease, owner, ...
 func isReleaseOf(cmd rueidis.Completed, owner string) bool {
 	args := cmd.Commands()

@@ -94,7 +94,7 @@ func (d *demo) wake(ctx context.Context) error {
 	}
 	d.printf("Client B has been blocked in Lock for %v. The lock's TTL is %v: if no message came,\n",
 		d.cfg.wakeHold, ttl.Round(100*time.Millisecond))
-	d.printf("B would re-check only when that runs out.\n")
+	d.printf("B would re-check only every third of the watchdog timeout (10s), as a lost message costs.\n")
 
 	unlockAt := time.Now()
 	if err := la.Unlock(ctx); err != nil {
@@ -114,17 +114,23 @@ func (d *demo) wake(ctx context.Context) error {
 	defer func() { _ = lb.Unlock(context.WithoutCancel(ctx)) }()
 
 	d.printf("A unlocked.\n")
-	select {
-	case m := <-msgs:
-		d.printf("  +%s  message %q published on %s\n", ms(m.at.Sub(unlockAt)), m.payload, channel)
-	default:
-		// The listener is only a witness; B's wake-up is the invariant.
-		d.printf("  (the listener saw no message on %s)\n", channel)
+	// The listener is only a witness; B's wake-up is the invariant.
+	for range 2 {
+		select {
+		case m := <-msgs:
+			what := "Redisson's unlock message, for Java waiters"
+			if m.payload != "0" {
+				what = "client B's token: the release wakes B's client alone"
+			}
+			d.printf("  +%s  message %q published on %s (%s)\n", ms(m.at.Sub(unlockAt)), m.payload, channel, what)
+		case <-time.After(100 * time.Millisecond):
+			d.printf("  (the listener saw no more messages on %s)\n", channel)
+		}
 	}
 	waited := o.at.Sub(unlockAt)
 	d.printf("  +%s  B has the lock\n", ms(waited))
-	d.printf("B got the lock %s after the unlock instead of ~%v: the unlock message woke it.\n",
-		ms(waited), ttl.Round(time.Second))
+	d.printf("B got the lock %s after the unlock instead of up to 10s later: the unlock message woke it.\n",
+		ms(waited))
 	return nil
 }
 

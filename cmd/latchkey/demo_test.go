@@ -35,7 +35,8 @@ func TestRunDemo(t *testing.T) {
 	}
 	for _, want := range []string{
 		"sold 8, stock left in Redis 0, oversold 0,",
-		"message \"0\" published on redisson_lock__channel:{demo:wake}",
+		"published on redisson_lock__channel:{demo:wake} (client B's token: the release wakes B's client alone)",
+		"message \"0\" published on redisson_lock__channel:{demo:wake} (Redisson's unlock message, for Java waiters)",
 		"Lost() is still open",
 		"All invariants held",
 	} {

@@ -1,0 +1,238 @@
+package sync
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// A plain lock's release wakes one waiting Client, not one waiter in every Client: waiting
+// Clients register in {name}:lock_clients, and a release that frees the lock publishes the
+// token of the longest-registered one, then 0 for Redisson's waiters.
+
+// registered returns the tokens of the Clients registered as waiting for name, in order.
+func registered(t *testing.T, rdb rueidis.Client, name string) []string {
+	t.Helper()
+	tokens, err := rdb.Do(context.Background(), rdb.B().Zrange().Key(suffixName(name, "lock_clients")).Min("0").Max("-1").Build()).AsStrSlice()
+	must(t, err)
+	return tokens
+}
+
+// countAttempts counts c's acquire scripts that got a reply.
+func countAttempts(c *Client) *atomic.Int64 {
+	n := new(atomic.Int64)
+	c.afterAcquire = func() { n.Add(1) }
+	return n
+}
+
+// lockAsync runs l.Lock in a goroutine; its result arrives on the channel.
+func lockAsync(ctx context.Context, l *Lock) <-chan error {
+	got := make(chan error, 1)
+	go func() { got <- l.Lock(ctx) }()
+	return got
+}
+
+func wantResult(t *testing.T, what string, got <-chan error, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(within):
+		t.Fatalf("%s: not within %v", what, within)
+	}
+}
+
+func wantWaiting(t *testing.T, what string, got <-chan error) {
+	t.Helper()
+	select {
+	case err := <-got:
+		t.Fatalf("%s returned (%v) while it should still wait", what, err)
+	default:
+	}
+}
+
+// Three Clients wait, registered in turn. Each release wakes the longest-registered Client
+// alone (its token, then 0 for Java), and no other Client attempts: every waiter makes one
+// attempt after it started waiting, the one that takes the lock.
+func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "wake-one-client"
+		holderC, rdb := newClient(t, b.Addr)
+		holder := holderC.Lock(name)
+		must(t, holder.Lock(ctx))
+		sub := rawSubscribe(t, ctx, rdb, lockChannel(name))
+
+		var locks []*Lock
+		var results []<-chan error
+		var attempts []*atomic.Int64
+		var base []int64
+		var tokens []string
+		for i := range 3 {
+			// Registrations are ordered by server time: one made in the same tick as the
+			// last (miniredis's clock moves in steps of a few ms) may go either side of it.
+			last := serverMs(t, rdb)
+			eventually(t, 5*time.Second, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
+			c, _ := newClient(t, b.Addr)
+			n := countAttempts(c)
+			l := c.Lock(name)
+			results = append(results, lockAsync(ctx, l))
+			tokens = append(tokens, c.lockToken)
+			// Registered, and subscribed: its attempt after the subscription was confirmed
+			// is its last until something wakes it.
+			eventually(t, 5*time.Second, "waiter registered and subscribed", func() bool {
+				return slices.Equal(registered(t, rdb, name), tokens) && numsub(t, b, c, lockChannel(name)) == int64(i+2) &&
+					n.Load() >= 2
+			})
+			locks, attempts, base = append(locks, l), append(attempts, n), append(base, n.Load())
+		}
+
+		must(t, holder.Unlock(ctx))
+		for i, l := range locks {
+			wantResult(t, "waiter "+strconv.Itoa(i), results[i], 5*time.Second)
+			for j := i + 1; j < len(locks); j++ {
+				wantWaiting(t, "waiter "+strconv.Itoa(j), results[j])
+			}
+			if got := sub.published(t, ctx); !slices.Equal(got, []string{tokens[i], "0"}) {
+				t.Fatalf("release %d published %q, want the token of waiter %d's Client, then 0", i, got, i)
+			}
+			must(t, l.Unlock(ctx))
+		}
+		if got := sub.published(t, ctx); !slices.Equal(got, []string{"0"}) {
+			t.Fatalf("the last release, with nobody registered, published %q, want 0", got)
+		}
+		for i, n := range attempts {
+			if d := n.Load() - base[i]; d != 1 {
+				t.Errorf("waiter %d's Client attempted %d times while waiting, want once (when woken)", i, d)
+			}
+		}
+		if exists(t, rdb, name) || exists(t, rdb, suffixName(name, "lock_clients")) {
+			t.Fatal("lock or registrations left after every waiter released")
+		}
+	})
+}
+
+// A Client at the end of its hand-off run frees the lock for the Client that registered
+// before it, and registers again behind it for its own waiter.
+func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "run-ends"
+		runC, rdb := newClient(t, b.Addr, WithLocalHandoff(1))
+		otherC, _ := newClient(t, b.Addr)
+		first := runC.Lock(name)
+		must(t, first.Lock(ctx))
+		other := lockAsync(ctx, otherC.Lock(name))
+		eventually(t, 5*time.Second, "the other Client registered", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{otherC.lockToken})
+		})
+		heir := runC.Lock(name)
+		heirGot := lockAsync(ctx, heir)
+		eventually(t, 5*time.Second, "the heir registered its Client", func() bool {
+			return len(registered(t, rdb, name)) == 2
+		})
+		settled(t, runC, name, 1)
+		must(t, first.Unlock(ctx)) // hands the lock to the heir: the run's one hand-off
+		wantResult(t, "heir", heirGot, 5*time.Second)
+		last := runC.Lock(name)
+		lastGot := lockAsync(ctx, last)
+		eventually(t, 5*time.Second, "a third waiter on the run's Client", func() bool {
+			return runC.mux.Waiters(lockChannel(name)) == 1
+		})
+		must(t, heir.Unlock(ctx)) // the run is over: the other Client's turn
+		wantResult(t, "the other Client's waiter", other, 5*time.Second)
+		wantWaiting(t, "the run's Client's third waiter", lastGot)
+		if got := registered(t, rdb, name); !slices.Equal(got, []string{runC.lockToken}) {
+			t.Fatalf("registered %q after the run ended, want the run's Client alone", got)
+		}
+	})
+}
+
+// A Client registered but gone (its process died) may be the one a release wakes. Nobody
+// else is told, and the others take the lock at their next keep-alive attempt, a third of
+// the fair wait time after their last one.
+func TestGoneClientCostsAKeepAlive(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "gone-client"
+		holderC, rdb := newClient(t, b.Addr)
+		waiterC, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(3*time.Second))
+		holder := holderC.Lock(name)
+		must(t, holder.Lock(ctx))
+		// The dead Client's registration lapses a second before the live one's would.
+		now := serverMs(t, rdb)
+		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(suffixName(name, "lock_clients")).ScoreMember().
+			ScoreMember(float64((now+2000)*1000), "77").Build()).Error())
+		attempts := countAttempts(waiterC)
+		waiter := waiterC.Lock(name)
+		got := lockAsync(ctx, waiter)
+		eventually(t, 5*time.Second, "the live waiter registered and subscribed", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{"77", waiterC.lockToken}) &&
+				numsub(t, b, waiterC, lockChannel(name)) == 1 && attempts.Load() >= 2
+		})
+		must(t, holder.Unlock(ctx))
+		wantResult(t, "the live waiter", got, 5*time.Second)
+		if r := registered(t, rdb, name); !slices.Equal(r, []string{waiterC.lockToken}) {
+			t.Fatalf("registered %q, want the live Client alone: the release woke the dead one", r)
+		}
+		must(t, waiter.Unlock(ctx))
+		if r := registered(t, rdb, name); len(r) != 0 {
+			t.Fatalf("registered %q after the last release, want none", r)
+		}
+	})
+}
+
+// The last waiter of a Client that a release woke as it gave up passes the wake on: with
+// the lock free and its registration gone, its leave wakes the next Client, which would
+// otherwise wait for its keep-alive (10 s here).
+func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "leave-passes"
+		leaverC, rdb := newClient(t, b.Addr)
+		nextC, _ := newClient(t, b.Addr)
+		// A Java thread holds the lock, with a TTL past the test.
+		must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue("java:1", "1").Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
+		leaveCtx, leave := context.WithCancel(ctx)
+		leaver := lockAsync(leaveCtx, leaverC.Lock(name))
+		eventually(t, 5*time.Second, "the leaver registered", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{leaverC.lockToken})
+		})
+		next := lockAsync(ctx, nextC.Lock(name))
+		eventually(t, 5*time.Second, "the next waiter registered and subscribed", func() bool {
+			return len(registered(t, rdb, name)) == 2 && numsub(t, b, nextC, lockChannel(name)) == 2
+		})
+		// A release woke the leaver's Client — its registration taken, the lock freed — and
+		// the message never reached it.
+		must(t, rdb.Do(ctx, rdb.B().Zrem().Key(suffixName(name, "lock_clients")).Member(leaverC.lockToken).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
+		leave()
+		if err := <-leaver; err != context.Canceled {
+			t.Fatalf("leaver: %v, want context.Canceled", err)
+		}
+		wantResult(t, "the next Client's waiter", next, 3*time.Second)
+	})
+}
+
+// serverMs is the server's clock in ms.
+func serverMs(t *testing.T, rdb rueidis.Client) int64 {
+	t.Helper()
+	tm, err := rdb.Do(context.Background(), rdb.B().Time().Build()).AsStrSlice()
+	must(t, err)
+	s, _ := strconv.ParseInt(tm[0], 10, 64)
+	us, _ := strconv.ParseInt(tm[1], 10, 64)
+	return s*1000 + us/1000
+}

@@ -5,7 +5,8 @@
 -- lasts (ms).
 -- Reply: nil when acquired or re-entered; -3 when the owner knows it holds the lock but its
 -- field is gone (deleted, expired: nothing changes); otherwise the holder's PTTL (-1 when the
--- key has no expiry), and a waiting acquire registers its client (see wait_here).
+-- key has no expiry), and a waiting acquire registers its client (see wait_here); a
+-- waiting acquire that takes the lock drops its client's registration.
 --
 -- The count is set to one above what the owner knows (see reenter). (Redisson increments it,
 -- and resets the TTL to the lease on re-entry; only this owner's holds see the difference.)
@@ -17,6 +18,11 @@ end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], lease)
+    if ARGV[4] and redis.call('exists', KEYS[2]) == 1 then
+        -- No wake for this client until it waits again: its release registers it again if
+        -- it still has waiters.
+        redis.call('zrem', KEYS[2], ARGV[4])
+    end
     return nil
 end
 if ARGV[4] then

@@ -53,7 +53,8 @@ var (
 	// [leaseMs, owner, holdsKnown, (token, registrationMs)]; the count becomes holdsKnown+1
 	// and the TTL at least leaseMs. It replies nil when acquired, -3 when holdsKnown > 0 but
 	// the owner's field is gone (nothing changes), or the holder's PTTL — and then, given a
-	// token, registers it as a waiting client's (a latchkey addition).
+	// token, registers it as a waiting client's (a latchkey addition); given one, a take
+	// drops that registration.
 	LockAcquire = rueidis.NewLuaScript(lib + lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and, when it frees the lock, wakes the

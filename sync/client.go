@@ -137,7 +137,8 @@ func WithRetryBudget(budget time.Duration) Option {
 // WithFairLockWaitTimeout sets how long a fair lock waiter's place in the queue outlives
 // its last attempt (Redisson's fairLockWaitTimeout): a waiter attempts again at least every
 // third of it, and a place whose waiter stopped lapses when it reaches the head and its time
-// is up. Default: the watchdog timeout. Processes sharing a fair lock should all use the
+// is up. A waiting writer's claim on an RWLock, and a Client's registration as a waiter of a
+// Lock, lapse the same way, and so Lock waiters re-check at least every third of it too. Default: the watchdog timeout. Processes sharing a fair lock should all use the
 // same value (Redisson's default is 5 minutes; see docs/redisson-interop.md). It must be at
 // least 3 ms and is truncated to whole milliseconds.
 func WithFairLockWaitTimeout(wait time.Duration) Option {

@@ -27,14 +27,20 @@ import (
 // waiter being handed the lock by a local release as its context ends waits for that
 // release's reply (within the retry budget) and, handed, succeeds.
 //
-// When to choose FairLock instead: Lock is Redisson's non-fair lock, whose release wakes one
-// waiter in every Client (and Java process) that waits, and they race. Within one Client
-// that is one waiter and the local hand-off serves waiters in order, which makes Lock the
-// faster of the two; across many instances each contending for one lock, every release costs
-// a failed attempt per instance, and an instance with several waiters keeps the lock for up
-// to WithLocalHandoff hand-offs in a row while the others wait. There a FairLock, whose
-// release hands the lock to the next waiter alone, costs Redis a fraction and serves every
-// instance in turn (docs/benchmarks.md: 64 workers over 64 and over 8 Clients).
+// Who gets the lock: Lock is Redisson's non-fair lock. A release that frees it wakes one
+// waiting Client, the one whose waiters attempted least recently, while Java waiters race
+// it (a newcomer may also take a free lock first); within a Client the local hand-off serves
+// waiters in arrival order, and after WithLocalHandoff hand-offs in a row the lock goes to
+// the next Client. A wake lost to the network, or sent to a Client that died or no longer
+// waits, costs the others at most a third of the fair wait time (WithFairLockWaitTimeout),
+// or the watchdog timeout if that is shorter.
+//
+// When to choose FairLock instead: for grants in strict arrival order across every Client
+// and Java process, and when many instances contend for one lock. Each release message on
+// a Lock's channel (Redisson's, shared) is written by Redis to every Client that waits,
+// which over 64 instances costs Redis several times what a FairLock costs, whose waiters
+// each have a channel of their own (docs/benchmarks.md: 64 workers over 64 and over 8
+// Clients).
 type Lock struct{ exclusive }
 
 // Lock returns a handle on the lock called name (the Redis key). It makes no network call;
@@ -252,8 +258,9 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 			return script{lua.FairAcquire, l.keys(),
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(w != nil), token}}
 		}
-		if w != nil {
-			// A waiter registers its client, so that a release wakes it alone.
+		if w != nil && o.c.mux.Subscribed(l.channel) {
+			// A waiter registers its client, so that a release wakes it alone — once it
+			// can hear it: a token sent to a client that cannot would wake nobody.
 			return script{lua.LockAcquire, []string{o.name, l.clients},
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken, o.c.fairWaitMs}}
 		}

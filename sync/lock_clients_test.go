@@ -183,13 +183,12 @@ func TestGoneClientCostsAKeepAlive(t *testing.T) {
 		})
 		must(t, holder.Unlock(ctx))
 		wantResult(t, "the live waiter", got, 5*time.Second)
-		if r := registered(t, rdb, name); !slices.Equal(r, []string{waiterC.lockToken}) {
-			t.Fatalf("registered %q, want the live Client alone: the release woke the dead one", r)
+		// The release woke the dead Client (its registration is gone, a second before it
+		// would have lapsed), and the live one's take dropped its own.
+		if r := registered(t, rdb, name); len(r) != 0 {
+			t.Fatalf("registered %q once the live waiter holds the lock, want none", r)
 		}
 		must(t, waiter.Unlock(ctx))
-		if r := registered(t, rdb, name); len(r) != 0 {
-			t.Fatalf("registered %q after the last release, want none", r)
-		}
 	})
 }
 

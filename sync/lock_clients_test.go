@@ -50,15 +50,6 @@ func wantResult(t *testing.T, what string, got <-chan error, within time.Duratio
 	}
 }
 
-func wantWaiting(t *testing.T, what string, got <-chan error) {
-	t.Helper()
-	select {
-	case err := <-got:
-		t.Fatalf("%s returned (%v) while it should still wait", what, err)
-	default:
-	}
-}
-
 // Three Clients wait, registered in turn. Each release wakes the longest-registered Client
 // alone (its token, then 0 for Java), and no other Client attempts: every waiter makes one
 // attempt after it started waiting, the one that takes the lock.
@@ -100,7 +91,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 		for i, l := range locks {
 			wantResult(t, "waiter "+strconv.Itoa(i), results[i], 5*time.Second)
 			for j := i + 1; j < len(locks); j++ {
-				wantWaiting(t, "waiter "+strconv.Itoa(j), results[j])
+				notYet(t, results[j], "waiter "+strconv.Itoa(j))
 			}
 			if got := sub.published(t, ctx); !slices.Equal(got, []string{tokens[i], "0"}) {
 				t.Fatalf("release %d published %q, want the token of waiter %d's Client, then 0", i, got, i)
@@ -151,7 +142,7 @@ func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
 		})
 		must(t, heir.Unlock(ctx)) // the run is over: the other Client's turn
 		wantResult(t, "the other Client's waiter", other, 5*time.Second)
-		wantWaiting(t, "the run's Client's third waiter", lastGot)
+		notYet(t, lastGot, "the run's Client's third waiter")
 		if got := registered(t, rdb, name); !slices.Equal(got, []string{runC.lockToken}) {
 			t.Fatalf("registered %q after the run ended, want the run's Client alone", got)
 		}

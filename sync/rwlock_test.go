@@ -127,8 +127,8 @@ func rwResult(t *testing.T, done <-chan error, within time.Duration, what string
 	}
 }
 
-// rwNotYet fails if done already has a result.
-func rwNotYet(t *testing.T, done <-chan error, what string) {
+// notYet fails if done already has a result.
+func notYet(t *testing.T, done <-chan error, what string) {
 	t.Helper()
 	select {
 	case err := <-done:
@@ -416,7 +416,7 @@ func TestRWLockReleaseWakesWaiters(t *testing.T) {
 		rwClaimed(t, rdb, name, w.Owner()+":write")
 		rwParked(t, c2, name, 1)
 		must(t, r1.RUnlock(ctx))
-		rwNotYet(t, wrote, "the writer with a reader left")
+		notYet(t, wrote, "the writer with a reader left")
 		sub.quiet(t, ctx, "a read release that leaves the lock held")
 		must(t, r2.RUnlock(ctx))
 		must(t, rwResult(t, wrote, 5*time.Second, "writer after the last reader left"))
@@ -501,7 +501,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 				rctx := testCtx(t, 5*time.Second)
 				read := rwGo(func() error { return r3.RLock(rctx) })
 				rwParked(t, c, name, 1)
-				rwNotYet(t, read, "a new reader behind a waiting writer")
+				notYet(t, read, "a new reader behind a waiting writer")
 
 				// Re-entry does not wait.
 				must(t, r1.RLock(testCtx(t, time.Second)))
@@ -548,7 +548,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 				t.Fatalf("a new reader past the waiting writer: %v, %v; want false, nil", ok, err)
 			}
 			rwParked(t, c, name, 1)
-			rwNotYet(t, wrote, "the writer behind the downgraded reader")
+			notYet(t, wrote, "the writer behind the downgraded reader")
 			must(t, w1.RUnlock(ctx))
 			must(t, rwResult(t, wrote, 5*time.Second, "writer after the downgraded reader left"))
 			must(t, w2.Unlock(ctx))

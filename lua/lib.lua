@@ -142,8 +142,8 @@ end
 -- integer above 1, which Redisson's clients ignore on the lock channel — in the zset
 -- clients, scored by when the registration lapses unless renewed (server time in µs, which
 -- a double holds exactly, so that clients registering within a millisecond keep their
--- order). A release that frees the lock wakes the longest-registered other client alone,
--- instead of one waiter in every client.
+-- order); every waiting attempt registers its client anew, last. A release that frees the
+-- lock wakes the first-registered other client alone, instead of one waiter in every client.
 
 -- now_us is the server's clock in µs, as a string: a number passed to redis.call may be
 -- written with 14 significant digits (100 µs here).
@@ -160,7 +160,7 @@ local function wait_here(clients, token, ms)
 end
 
 -- wake_next tells the lock channel that a plain lock is free. It drops self's registration
--- and publishes the token of the longest-registered live client left (whose registration
+-- and publishes the token of the first-registered live client left (whose registration
 -- goes) and then 0, for Redisson's waiters: latchkey clients ignore a 0 right after a token.
 -- With no such client it publishes 0 alone, and one waiter of every client attempts, as
 -- with Redisson.

@@ -18,7 +18,7 @@ end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], lease)
-    if ARGV[4] and redis.call('exists', KEYS[2]) == 1 then
+    if ARGV[4] then
         -- No wake for this client until it waits again: its release registers it again if
         -- it still has waiters.
         redis.call('zrem', KEYS[2], ARGV[4])

@@ -381,9 +381,9 @@ func scale(ctx context.Context, srv *server, waiters, locks int) (scaleResult, e
 			}
 		})
 	}
-	// Every lock's channel subscribed means every waiter is parked on it.
+	// Every lock's channel for the waiting Client subscribed means every waiter is parked on it.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		chans, err := srv.admin.Do(ctx, srv.admin.B().PubsubChannels().Pattern("redisson_lock__channel:{bench:scale:*").Build()).AsStrSlice()
+		chans, err := srv.admin.Do(ctx, srv.admin.B().PubsubChannels().Pattern("{bench:scale:*}:lock_clients:*").Build()).AsStrSlice()
 		if err != nil {
 			return r, err
 		}

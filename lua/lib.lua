@@ -138,12 +138,13 @@ local function hand_on(lock, queue, timeouts, leases, channel, publish)
 end
 
 -- Waiting latchkey clients of a plain lock (a latchkey addition; Redisson's layout is
--- untouched). A client with waiters on the lock registers a token of its own — a decimal
--- integer above 1, which Redisson's clients ignore on the lock channel — in the zset
+-- untouched). A client with waiters on the lock registers a token of its own in the zset
 -- clients, scored by when the registration lapses unless renewed (server time in µs, which
 -- a double holds exactly, so that clients registering within a millisecond keep their
--- order); every waiting attempt registers its client anew, last. A release that frees the
--- lock wakes the first-registered other client alone, instead of one waiter in every client.
+-- order); every waiting attempt registers its client anew, last. The client's waiters
+-- listen on a channel of its own, clients..':'..token. A release that frees the lock wakes
+-- the first-registered other client alone there, so that no message goes to every client,
+-- and publishes 0 on Redisson's channel for Redisson's waiters.
 
 -- now_us is the server's clock in µs, as a string: a number passed to redis.call may be
 -- written with 14 significant digits (100 µs here).
@@ -159,19 +160,25 @@ local function wait_here(clients, token, ms)
     extend(clients, ms)
 end
 
--- wake_next tells the lock channel that a plain lock is free. It drops self's registration
--- and publishes the token of the first-registered live client left (whose registration
--- goes) and then 0, for Redisson's waiters: latchkey clients ignore a 0 right after a token.
--- With no such client it publishes 0 alone, and one waiter of every client attempts, as
--- with Redisson.
-local function wake_next(clients, channel, publish, self)
+-- foreign reports whether the holder of the plain lock key is not a latchkey client, whose
+-- client IDs are version-8 UUIDs: such a holder (Redisson's) announces its release only on
+-- the lock channel, where latchkey clients do not listen unless told to.
+local function foreign(key)
+    local holder = redis.call('hkeys', key)[1]
+    return not (holder and string.find(holder, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-8'))
+end
+
+-- wake_next announces that a plain lock is free: it wakes the first-registered live client
+-- on its own channel (its registration goes), then publishes 0 on the lock channel:
+-- Redisson's waiters race that client, as Redisson's non-fair lock has them race, and so do
+-- latchkey clients listening there.
+local function wake_next(clients, channel, publish)
     if redis.call('exists', clients) == 1 then
         redis.call('zremrangebyscore', clients, '-inf', now_us(0))
-        redis.call('zrem', clients, self)
         local next = redis.call('zrange', clients, 0, 0)[1]
         if next then
             redis.call('zrem', clients, next)
-            redis.call(publish, channel, next)
+            redis.call(publish, clients .. ':' .. next, 0)
         end
     end
     redis.call(publish, channel, 0)

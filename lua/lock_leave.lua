@@ -5,6 +5,6 @@
 -- client as its waiter left, and no other client was told — and the lock is free, the next
 -- client is woken instead. Safe to repeat: it never touches the lock.
 if redis.call('zrem', KEYS[2], ARGV[1]) == 0 and redis.call('exists', KEYS[1]) == 0 then
-    wake_next(KEYS[2], KEYS[3], ARGV[2], ARGV[1])
+    wake_next(KEYS[2], KEYS[3], ARGV[2])
 end
 return 0

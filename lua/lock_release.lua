@@ -9,11 +9,11 @@
 -- lasts (ms);
 -- ARGV[10], ARGV[11], optional: an owner to hand the lock to when this release frees it, and
 -- that owner's lease ms.
--- Reply: nil when the owner does not hold the lock; 0 when still held; 1 when freed (and
--- the next waiting client, or every client, told: see wake_next — the releasing client is
--- registered again, last, if it has waiters left); 2 when handed to ARGV[10], which then
--- holds it once with its own lease (nothing is published: the lock was never free). Safe to
--- repeat (see release).
+-- Reply: nil when the owner does not hold the lock; 0 when still held; 1 when freed (the
+-- releasing client registered again, last, if it has waiters left — and so woken if no
+-- other client waits — and the next waiting client and Redisson's waiters told: see
+-- wake_next); 2 when handed to ARGV[10], which then holds it once with its own lease
+-- (nothing is published: the lock was never free). Safe to repeat (see release).
 local freed = 1
 if ARGV[10] then
     freed = 2
@@ -26,9 +26,11 @@ return release(KEYS[1], KEYS[3], ARGV[4], ARGV[2], tonumber(ARGV[5]), tonumber(A
             redis.call('pexpire', KEYS[1], ARGV[11])
             return 2
         end
-        wake_next(KEYS[4], KEYS[2], ARGV[3], ARGV[7])
         if ARGV[8] == '1' then
             wait_here(KEYS[4], ARGV[7], tonumber(ARGV[9])) -- its waiters' turn comes last
+        else
+            redis.call('zrem', KEYS[4], ARGV[7])
         end
+        wake_next(KEYS[4], KEYS[2], ARGV[3])
         return 1
     end)

@@ -53,8 +53,9 @@ var (
 	// [leaseMs, owner, holdsKnown, (token, registrationMs)]; the count becomes holdsKnown+1
 	// and the TTL at least leaseMs. It replies nil when acquired, -3 when holdsKnown > 0 but
 	// the owner's field is gone (nothing changes), or the holder's PTTL — and then, given a
-	// token, registers it as a waiting client's (a latchkey addition); given one, a take
-	// drops that registration.
+	// token, registers it as a waiting client's (a latchkey addition) and replies {PTTL}
+	// when the holder is not a latchkey client (whose release announces itself only on the
+	// lock channel); given one, a take drops that registration.
 	LockAcquire = rueidis.NewLuaScript(lib + lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and, when it frees the lock, wakes the
@@ -62,10 +63,11 @@ var (
 	// [leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, token, waitersLeft
 	// (1/0), registrationMs, (heir, heirLeaseMs)]; the count becomes holdsKnown-1 (the TTL
 	// at least leaseMs), and the lock is freed at 0. It replies nil (not held), 0 (still
-	// held), 1 (freed: the next registered client's token and 0 published, or 0 alone) or 2
-	// (handed to the heir, who holds it once with its lease; no message). The latch keeps
-	// the owner's highest request number: a repeat of a request replies what the first run
-	// did, and an older one arriving late changes nothing.
+	// held), 1 (freed: 0 published on the next registered client's channel,
+	// <clients>:<token>, and on the lock channel) or 2 (handed to the heir, who holds it
+	// once with its lease; no message). The latch keeps the owner's highest request number:
+	// a repeat of a request replies what the first run did, and an older one arriving late
+	// changes nothing.
 	LockRelease = rueidis.NewLuaScript(lib + lockRelease)
 
 	// LockForceRelease deletes a lock whoever holds it and wakes the next waiting client as

@@ -35,14 +35,12 @@ const (
 const All = -1
 
 // Policy maps a message payload to the number of local waiters it wakes: n > 0 wakes n,
-// All wakes all, 0 wakes none. previous is the payload of the message before it on the
-// channel ("" if none came since the subscription was last confirmed): two messages one
-// script publishes reach every subscriber one right after the other.
-type Policy func(payload, previous string) int
+// All wakes all, 0 wakes none.
+type Policy func(payload string) int
 
 // LockPolicy is the policy of Redisson's lock channels: 0 (unlock) wakes one waiter,
 // 1 (read unlock) wakes all, anything else none.
-func LockPolicy(payload, _ string) int {
+func LockPolicy(payload string) int {
 	switch payload {
 	case "0":
 		return 1
@@ -52,29 +50,13 @@ func LockPolicy(payload, _ string) int {
 	return 0
 }
 
-// TargetedLockPolicy is LockPolicy for a client whose waiters a release may wake alone, by
-// publishing token (a decimal integer other than 0 and 1, which Redisson's clients ignore):
-// token wakes one waiter, another client's token none, and neither does the 0 that such a
-// release publishes right after a token for Redisson's waiters.
-func TargetedLockPolicy(token string) Policy {
-	return func(payload, previous string) int {
-		switch {
-		case payload == token:
-			return 1
-		case payload == "0" && previous != "" && previous != "0" && previous != "1":
-			return 0
-		}
-		return LockPolicy(payload, previous)
-	}
-}
-
 // AllPolicy wakes every waiter on any message: for a channel whose waiters want different
 // things (a read-write lock's readers and writers), where the one waiter a 0 would wake may
 // be one that cannot proceed.
-func AllPolicy(string, string) int { return All }
+func AllPolicy(string) int { return All }
 
 // CountPolicy wakes as many waiters as the payload's integer value (semaphore releases).
-func CountPolicy(payload, _ string) int {
+func CountPolicy(payload string) int {
 	n, err := strconv.Atoi(payload)
 	if err != nil || n < 0 {
 		return 0
@@ -135,7 +117,6 @@ type channel struct {
 	hint       time.Time // when the awaited state may change with no message; see Hint
 	idle       time.Time // when its last waiter left
 	last       string    // the latest message's payload
-	previous   string    // the latest payload since the subscription was last confirmed
 	messages   uint64    // messages received
 }
 
@@ -447,8 +428,8 @@ func (m *Mux) onMessage(msg rueidis.PubSubMessage) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ch := m.channels[msg.Channel]; ch != nil && ch.subscribed {
-		n := ch.policy(msg.Message, ch.previous)
-		ch.last, ch.previous = msg.Message, msg.Message
+		n := ch.policy(msg.Message)
+		ch.last = msg.Message
 		ch.messages++
 		wakeN(ch, n)
 	}
@@ -656,7 +637,7 @@ func (m *Mux) sync(c **conn) error {
 		m.mu.Lock()
 		for _, name := range join[:n] {
 			if ch := m.channels[name]; ch != nil {
-				ch.subscribed, ch.previous = true, ""
+				ch.subscribed = true
 				wakeN(ch, All)
 				if len(ch.waiters) == 0 {
 					m.markDirty(name) // everyone left while we were joining

@@ -200,67 +200,13 @@ func TestPolicies(t *testing.T) {
 		{"x", 0, 0},
 		{" 1", 0, 0},
 	} {
-		if got := LockPolicy(tc.payload, ""); got != tc.lock {
+		if got := LockPolicy(tc.payload); got != tc.lock {
 			t.Errorf("LockPolicy(%q) = %d, want %d", tc.payload, got, tc.lock)
 		}
-		if got := CountPolicy(tc.payload, ""); got != tc.count {
+		if got := CountPolicy(tc.payload); got != tc.count {
 			t.Errorf("CountPolicy(%q) = %d, want %d", tc.payload, got, tc.count)
 		}
 	}
-}
-
-func TestTargetedLockPolicy(t *testing.T) {
-	p := TargetedLockPolicy("42")
-	for _, tc := range []struct {
-		payload, previous string
-		want              int
-	}{
-		{"42", "", 1},    // this client's token
-		{"42", "0", 1},   // after anything
-		{"43", "", 0},    // another client's token
-		{"0", "43", 0},   // the 0 a targeting release adds for Redisson's waiters
-		{"0", "42", 0},   // likewise after this client's own token
-		{"0", "", 1},     // a Redisson release, or one that targeted nobody
-		{"0", "0", 1},    // a release right after another
-		{"0", "1", 1},    // after a read release
-		{"1", "43", All}, // a read release wakes all, whatever came before
-		{"x", "", 0},     // not Redisson's
-		{"0", "x", 0},    // previous is any payload other than 0 and 1
-	} {
-		if got := p(tc.payload, tc.previous); got != tc.want {
-			t.Errorf("TargetedLockPolicy(42)(%q after %q) = %d, want %d", tc.payload, tc.previous, got, tc.want)
-		}
-	}
-}
-
-// A policy sees the payload before each message on its channel, and nothing from before the
-// subscription was confirmed (a token whose 0 was lost with the connection).
-func TestPolicySeesPreviousPayload(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		pub := b.Client(t)
-		m := newMux(t, b.Client(t), Options{})
-		seen := make(chan [2]string, 8)
-		w := subscribe(t, m, "prev", func(payload, previous string) int {
-			seen <- [2]string{payload, previous}
-			return 0
-		})
-		waitSignal(t, w, "confirmation")
-		for _, p := range []string{"5", "0", "1"} {
-			if err := pub.Do(context.Background(), pub.B().Publish().Channel("prev").Message(p).Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i, want := range [][2]string{{"5", ""}, {"0", "5"}, {"1", "0"}} {
-			select {
-			case got := <-seen:
-				if got != want {
-					t.Fatalf("message %d: policy saw %q, want %q", i, got, want)
-				}
-			case <-time.After(waitFor):
-				t.Fatalf("message %d never reached the policy", i)
-			}
-		}
-	})
 }
 
 func TestSubscribeSignalledOnConfirmation(t *testing.T) {

@@ -90,8 +90,12 @@ func WithLogger(log *zap.Logger) Option {
 }
 
 // WithClientID sets the client UUID that prefixes every owner ID this Client makes
-// ("<uuid>:<n>", Redisson's "<uuid>:<threadId>"). Default: a random UUID. Two live Clients
-// must never share one, or their handles would be the same owners.
+// ("<uuid>:<n>", Redisson's "<uuid>:<threadId>"). Two live Clients must never share one, or
+// their handles would be the same owners. Default: a random version-8 UUID, which is how
+// other Clients tell a latchkey holder of a plain lock from a Redisson one, whose release
+// they can hear only on Redisson's shared channel. Any UUID works, but while a Client with
+// another version holds a plain lock, the waiting Clients listen on that channel too, and
+// each release message costs Redis a write to every one of them.
 func WithClientID(id string) Option {
 	return func(c *config) error {
 		u, err := uuid.Parse(id)
@@ -197,10 +201,9 @@ type Client struct {
 
 	heirs heirs // local waiters a release may hand its lock to
 
-	// lockToken registers this Client's waiters of plain locks, and lockPolicy wakes one of
-	// them on it (see lock_release.lua).
-	lockToken  string
-	lockPolicy pubsub.Policy
+	// lockToken registers this Client's waiters of plain locks and names the channel they
+	// listen on (see lib.lua).
+	lockToken string
 
 	mux      *pubsub.Mux
 	wd       *watchdog.Watchdog
@@ -237,7 +240,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		}
 	}
 	if cfg.id == "" {
-		cfg.id = uuid.NewString()
+		cfg.id = newClientID()
 	}
 	if cfg.fairWait == 0 {
 		cfg.fairWait = cfg.watchdogTimeout
@@ -264,10 +267,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if _, err := rand.Read(token[:]); err != nil {
 		return nil, fmt.Errorf("dsync: random client token: %w", err)
 	}
-	// A decimal integer from 2 to 2^62+1, as Redisson's clients parse the payloads of a lock
-	// channel (and ignore any but 0 and 1).
-	c.lockToken = strconv.FormatUint(binary.BigEndian.Uint64(token[:])>>2+2, 10)
-	c.lockPolicy = pubsub.TargetedLockPolicy(c.lockToken)
+	c.lockToken = strconv.FormatUint(binary.BigEndian.Uint64(token[:]), 10)
 	mode := pubsub.Plain
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded
@@ -282,6 +282,14 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	c.mux = pubsub.New(rdb, pubsub.Options{Mode: mode, Logger: cfg.log, Linger: subscriptionLinger})
 	c.janitor = newJanitor(rdb, cfg.log)
 	return c, nil
+}
+
+// newClientID returns a random version-8 UUID (RFC 9562's version for custom layouts;
+// Redisson's IDs are version 4).
+func newClientID() string {
+	u := uuid.New()
+	u[6] = u[6]&0x0f | 0x80
+	return u.String()
 }
 
 // ID returns the client UUID that prefixes this Client's owner IDs.

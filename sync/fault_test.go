@@ -186,7 +186,7 @@ func TestFaultWaitEndsWhenRedisClientClosed(t *testing.T) {
 			go func() { errc <- w.Lock(ctx) }()
 			// The first waiter attempts and subscribes; the second finds it there and joins.
 			eventually(t, 5*time.Second, "waiter subscribed and queued", func() bool {
-				return queuedWaiters(c, name) == i+1 && numsub(t, b, holderC, lockChannel(name)) == 1
+				return queuedWaiters(c, name) == i+1 && numsub(t, b, holderC, waitChannel(c, name)) == 1
 			})
 		}
 

@@ -40,7 +40,7 @@ func settled(t *testing.T, c *Client, name string, n int) {
 // handle with a request of unknown outcome waits, but not as an heir).
 func settledHeirs(t *testing.T, c *Client, name string, n, heirs int) {
 	t.Helper()
-	channel := lockChannel(name)
+	channel := waitChannel(c, name)
 	quiet := func() bool {
 		return c.mux.Subscribed(channel) && c.mux.Pending(channel) == 0 && c.mux.Waiters(channel) == n &&
 			(c.maxHandoff == 0 || parkedHeirs(c, name) == heirs)
@@ -67,6 +67,12 @@ const fenceChannel = "test:fence"
 
 func rawSubscribe(t *testing.T, ctx context.Context, rdb rueidis.Client, channel string) *rawSub {
 	t.Helper()
+	return rawSubscribeAlso(t, ctx, rdb, channel, "")
+}
+
+// rawSubscribeAlso is rawSubscribe that also sees the channels matching pattern ("": none).
+func rawSubscribeAlso(t *testing.T, ctx context.Context, rdb rueidis.Client, channel, pattern string) *rawSub {
+	t.Helper()
 	sub, cancel := rdb.Dedicate()
 	t.Cleanup(cancel)
 	s := &rawSub{rdb: rdb, channel: channel, msgs: make(chan rueidis.PubSubMessage, 64)}
@@ -74,10 +80,16 @@ func rawSubscribe(t *testing.T, ctx context.Context, rdb rueidis.Client, channel
 	if err := sub.Do(ctx, sub.B().Subscribe().Channel(channel, fenceChannel).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
+	if pattern != "" {
+		if err := sub.Do(ctx, sub.B().Psubscribe().Pattern(pattern).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return s
 }
 
-// published returns the messages published on the lock channel since the last call.
+// published returns the messages published on the lock channel since the last call; one
+// on another channel (see rawSubscribeAlso) comes as "<channel> <payload>".
 func (s *rawSub) published(t *testing.T, ctx context.Context) []string {
 	t.Helper()
 	if err := s.rdb.Do(ctx, s.rdb.B().Publish().Channel(fenceChannel).Message("x").Build()).Error(); err != nil {
@@ -89,6 +101,9 @@ func (s *rawSub) published(t *testing.T, ctx context.Context) []string {
 		case m := <-s.msgs:
 			if m.Channel == fenceChannel {
 				return got
+			}
+			if m.Channel != s.channel {
+				m.Message = m.Channel + " " + m.Message
 			}
 			got = append(got, m.Message)
 		case <-time.After(5 * time.Second):

@@ -28,19 +28,21 @@ import (
 // release's reply (within the retry budget) and, handed, succeeds.
 //
 // Who gets the lock: Lock is Redisson's non-fair lock. A release that frees it wakes one
-// waiting Client, the one whose waiters attempted least recently, while Java waiters race
-// it (a newcomer may also take a free lock first); within a Client the local hand-off serves
-// waiters in arrival order, and after WithLocalHandoff hand-offs in a row the lock goes to
-// the next Client. A wake lost to the network, or sent to a Client that died or no longer
-// waits, costs the others at most a third of the fair wait time (WithFairLockWaitTimeout),
-// or the watchdog timeout if that is shorter.
+// waiting Client, the one whose waiters attempted least recently, on a channel of that
+// Client's own, while Java waiters race it (a newcomer may also take a free lock first);
+// within a Client the local hand-off serves waiters in arrival order, and after
+// WithLocalHandoff hand-offs in a row the lock goes to the next Client. Waiters listen on
+// Redisson's shared channel only once they find a holder that is not a latchkey Client,
+// whose release announces itself only there. A wake lost to the network, sent to a Client
+// that died or no longer waits, or a Java release before any waiting Client found the Java
+// holder, costs the others at most a third of the fair wait time
+// (WithFairLockWaitTimeout), or the watchdog timeout if that is shorter.
 //
 // When to choose FairLock instead: for grants in strict arrival order across every Client
-// and Java process, and when many instances contend for one lock. Each release message on
-// a Lock's channel (Redisson's, shared) is written by Redis to every Client that waits,
-// which over 64 instances costs Redis several times what a FairLock costs, whose waiters
-// each have a channel of their own (docs/benchmarks.md: 64 workers over 64 and over 8
-// Clients).
+// and Java process. Over many Clients a Lock's waiting is first come, first served only
+// roughly (a waiter whose attempt loses to a newcomer goes to the back), and it costs Redis
+// more per acquisition than a FairLock, whose release grants the lock to the head waiter
+// with no attempt of its own (docs/benchmarks.md: 64 workers over 64 and over 8 Clients).
 type Lock struct{ exclusive }
 
 // Lock returns a handle on the lock called name (the Redis key). It makes no network call;
@@ -54,20 +56,22 @@ func (c *Client) Lock(name string) *Lock {
 // exclusive is what Lock and FairLock share: their methods differ only in the scripts.
 type exclusive struct {
 	o       owner
-	channel string    // the lock's channel
-	wakeCh  string    // the channel its waiters listen on: a fair lock's are their own
-	clients string    // a plain lock's zset of waiting clients (see lock_release.lua)
+	channel string // the lock's channel
+	// wakeCh is the channel its waiters listen on: for a plain lock their Client's (see
+	// lib.lua), for a fair lock their own.
+	wakeCh  string
+	clients string    // a plain lock's zset of waiting clients (see lib.lua)
 	fair    *fairKeys // nil: a plain lock
 }
 
 func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
 	l.o.init(c, name, c.lockKind)
 	l.channel, l.fair = prefixName(lockChannelPrefix, name), fair
-	l.wakeCh = l.channel
 	if fair != nil {
-		l.wakeCh += ":" + l.o.id
+		l.wakeCh = l.channel + ":" + l.o.id
 	} else {
 		l.clients = suffixName(name, "lock_clients")
+		l.wakeCh = l.clients + ":" + c.lockToken
 	}
 }
 
@@ -200,7 +204,15 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	join := o.count == 0 && !o.unsure && o.unsettled == nil && l.fair == nil
 	o.unlock()
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
-	w := wait{channel: l.wakeCh, policy: o.c.lockPolicy, limit: limit, join: join, attempt: a}
+	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
+	if l.fair == nil {
+		w.also = func() string {
+			if a.foreign {
+				return l.channel
+			}
+			return ""
+		}
+	}
 	if l.fair != nil {
 		// The waiter's own channel: a release may grant it the lock (its token) rather than
 		// tell it to attempt (0).
@@ -219,7 +231,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
 			return got, gerr
 		}
-	case o.c.mux.Waiters(l.channel) == 0 && !o.c.isClosed():
+	case o.c.mux.Waiters(l.wakeCh) == 0 && !o.c.isClosed():
 		// The client's last waiter: its registration goes, or, if a release woke this client
 		// as the wait ended, the next client is woken.
 		_, _ = o.withdraw(ctx, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
@@ -236,6 +248,7 @@ type lockAttempt struct {
 	leaseMs  string
 	token    string // a fair lock's: the message with which a release grants this wait the lock
 	requests uint64 // the owner's request count at this wait's latest attempt
+	foreign  bool   // a plain lock's: some attempt found a holder that is not a latchkey Client
 	heir     heir
 }
 
@@ -248,6 +261,10 @@ func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
 // third of the place's wait time.
 func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, w *lockAttempt) (int64, bool, error) {
 	o := &l.o
+	var foreign *bool
+	if w != nil {
+		foreign = &w.foreign
+	}
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
 		if l.fair != nil {
 			token := "0"
@@ -258,14 +275,14 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 			return script{lua.FairAcquire, l.keys(),
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(w != nil), token}}
 		}
-		if w != nil && o.c.mux.Subscribed(l.channel) {
+		if w != nil && o.c.mux.Subscribed(l.wakeCh) {
 			// A waiter registers its client, so that a release wakes it alone — once it
-			// can hear it: a token sent to a client that cannot would wake nobody.
+			// can hear it: a wake sent to a client not yet subscribed would reach nobody.
 			return script{lua.LockAcquire, []string{o.name, l.clients},
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken, o.c.fairWaitMs}}
 		}
 		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
-	})
+	}, foreign)
 	if l.fair != nil || w != nil {
 		ttl = o.c.keepAlive(ttl)
 	}
@@ -304,7 +321,7 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 				[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n, nowMs()}}, nil
 		}
 		args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n,
-			o.c.lockToken, flag(h == nil && o.c.mux.Waiters(l.channel) > 0), o.c.fairWaitMs}
+			o.c.lockToken, flag(h == nil && o.c.mux.Waiters(l.wakeCh) > 0), o.c.fairWaitMs}
 		if h != nil {
 			args = append(args, h.o.id, h.leaseMs)
 		}

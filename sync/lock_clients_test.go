@@ -8,13 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
 
 // A plain lock's release wakes one waiting Client, not one waiter in every Client: waiting
-// Clients register in {name}:lock_clients, and a release that frees the lock publishes the
-// token of the longest-registered one, then 0 for Redisson's waiters.
+// Clients register in {name}:lock_clients and listen on a channel of their own,
+// {name}:lock_clients:<token>; a release that frees the lock publishes 0 there for the
+// first-registered one, then 0 on Redisson's channel for Redisson's waiters, where latchkey
+// Clients listen only while a holder is not a latchkey Client.
+
+// redissonOwner is a Java thread's owner ID: Redisson's client IDs are version-4 UUIDs.
+const redissonOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 
 // registered returns the tokens of the Clients registered as waiting for name, in order.
 func registered(t *testing.T, rdb rueidis.Client, name string) []string {
@@ -50,9 +56,10 @@ func wantResult(t *testing.T, what string, got <-chan error, within time.Duratio
 	}
 }
 
-// Three Clients wait, registered in turn. Each release wakes the longest-registered Client
-// alone (its token, then 0 for Java), and no other Client attempts: every waiter makes one
-// attempt after it started waiting, the one that takes the lock.
+// Three Clients wait, registered in turn. Each release wakes the first-registered Client
+// alone (on its channel, then 0 for Java on Redisson's, where no latchkey Client listens),
+// and no other Client attempts: every waiter makes one attempt after it started waiting,
+// the one that takes the lock.
 func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -61,14 +68,17 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 		holderC, rdb := newClient(t, b.Addr)
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
-		sub := rawSubscribe(t, ctx, rdb, lockChannel(name))
+		if v := uuid.MustParse(holderC.ID()).Version(); v != 8 {
+			t.Fatalf("Client ID %s is a version-%d UUID, want 8: others could not tell its holds from Redisson's", holderC.ID(), v)
+		}
+		sub := rawSubscribeAlso(t, ctx, rdb, lockChannel(name), suffixName(name, "lock_clients")+":*")
 
 		var locks []*Lock
 		var results []<-chan error
 		var attempts []*atomic.Int64
 		var base []int64
-		var tokens []string
-		for i := range 3 {
+		var tokens, channels []string
+		for range 3 {
 			// Registrations are ordered by server time: one made in the same tick as the
 			// last (miniredis's clock moves in steps of a few ms) may go either side of it.
 			last := serverMs(t, rdb)
@@ -81,9 +91,13 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 			// Registered, and subscribed: its attempt after the subscription was confirmed
 			// is its last until something wakes it.
 			eventually(t, 5*time.Second, "waiter registered and subscribed", func() bool {
-				return slices.Equal(registered(t, rdb, name), tokens) && numsub(t, b, c, lockChannel(name)) == int64(i+2) &&
+				return slices.Equal(registered(t, rdb, name), tokens) && numsub(t, b, c, waitChannel(c, name)) == 1 &&
 					n.Load() >= 2
 			})
+			if n := numsub(t, b, c, lockChannel(name)); n != 1 {
+				t.Fatalf("%d subscribers on Redisson's channel while a latchkey Client holds the lock, want the test's own alone", n)
+			}
+			channels = append(channels, waitChannel(c, name))
 			locks, attempts, base = append(locks, l), append(attempts, n), append(base, n.Load())
 		}
 
@@ -93,8 +107,9 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 			for j := i + 1; j < len(locks); j++ {
 				notYet(t, results[j], "waiter "+strconv.Itoa(j))
 			}
-			if got := sub.published(t, ctx); !slices.Equal(got, []string{tokens[i], "0"}) {
-				t.Fatalf("release %d published %q, want the token of waiter %d's Client, then 0", i, got, i)
+			// (A raw subscriber may see a pattern's message after a channel's: order not checked.)
+			if got := sub.published(t, ctx); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"0", channels[i] + " 0"}) {
+				t.Fatalf("release %d published %q, want 0 on waiter %d's Client's channel and on Redisson's", i, got, i)
 			}
 			must(t, l.Unlock(ctx))
 		}
@@ -138,7 +153,7 @@ func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
 		last := runC.Lock(name)
 		lastGot := lockAsync(ctx, last)
 		eventually(t, 5*time.Second, "a third waiter on the run's Client", func() bool {
-			return runC.mux.Waiters(lockChannel(name)) == 1
+			return runC.mux.Waiters(waitChannel(runC, name)) == 1
 		})
 		must(t, heir.Unlock(ctx)) // the run is over: the other Client's turn
 		wantResult(t, "the other Client's waiter", other, 5*time.Second)
@@ -170,7 +185,7 @@ func TestGoneClientCostsAKeepAlive(t *testing.T) {
 		got := lockAsync(ctx, waiter)
 		eventually(t, 5*time.Second, "the live waiter registered and subscribed", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{"77", waiterC.lockToken}) &&
-				numsub(t, b, waiterC, lockChannel(name)) == 1 && attempts.Load() >= 2
+				numsub(t, b, waiterC, waitChannel(waiterC, name)) == 1 && attempts.Load() >= 2
 		})
 		must(t, holder.Unlock(ctx))
 		wantResult(t, "the live waiter", got, 5*time.Second)
@@ -203,7 +218,7 @@ func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 		})
 		next := lockAsync(ctx, nextC.Lock(name))
 		eventually(t, 5*time.Second, "the next waiter registered and subscribed", func() bool {
-			return len(registered(t, rdb, name)) == 2 && numsub(t, b, nextC, lockChannel(name)) == 2
+			return len(registered(t, rdb, name)) == 2 && numsub(t, b, nextC, waitChannel(nextC, name)) == 1
 		})
 		// A release woke the leaver's Client — its registration taken, the lock freed — and
 		// the message never reached it.
@@ -214,6 +229,60 @@ func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 			t.Fatalf("leaver: %v, want context.Canceled", err)
 		}
 		wantResult(t, "the next Client's waiter", next, 3*time.Second)
+	})
+}
+
+// A Client woken by a latchkey release that finds a Redisson holder there (it took the lock
+// in between) listens on Redisson's channel from then on, so the Redisson release wakes it,
+// not its keep-alive (20 s here).
+func TestWokenClientHearsARedissonHolderRelease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "woken-finds-java"
+		holderC, rdb := newClient(t, b.Addr)
+		waiterC, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		holder := holderC.Lock(name)
+		must(t, holder.Lock(ctx))
+		got := lockAsync(ctx, waiterC.Lock(name))
+		eventually(t, 5*time.Second, "the waiter registered and subscribed", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{waiterC.lockToken}) &&
+				numsub(t, b, waiterC, waitChannel(waiterC, name)) == 1
+		})
+		// The latchkey holder's lease ends and a Java thread takes the lock; then the wake of
+		// the release the waiter missed arrives.
+		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue(redissonOwner, "1").Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(waitChannel(waiterC, name)).Message("0").Build()).Error())
+		eventually(t, 5*time.Second, "the waiter listening on Redisson's channel", func() bool {
+			return numsub(t, b, waiterC, lockChannel(name)) == 1
+		})
+		notYet(t, got, "the waiter, while Java holds the lock")
+		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(lockChannel(name)).Message("0").Build()).Error())
+		wantResult(t, "the waiter, after the Redisson release", got, 5*time.Second)
+	})
+}
+
+// A Client whose ID is not a version-8 UUID (WithClientID) works, but its holds look like
+// Redisson's: waiting Clients listen on Redisson's channel while it holds, and its release
+// still wakes them.
+func TestHolderWithOtherUUIDVersionIsHeardOnRedissonChannel(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "v4-holder"
+		holderC, _ := newClient(t, b.Addr, WithClientID(uuid.NewString()))
+		waiterC, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		holder := holderC.Lock(name)
+		must(t, holder.Lock(ctx))
+		got := lockAsync(ctx, waiterC.Lock(name))
+		eventually(t, 5*time.Second, "the waiter listening on both channels", func() bool {
+			return numsub(t, b, waiterC, waitChannel(waiterC, name)) == 1 && numsub(t, b, waiterC, lockChannel(name)) == 1
+		})
+		must(t, holder.Unlock(ctx))
+		wantResult(t, "the waiter", got, 5*time.Second)
 	})
 }
 

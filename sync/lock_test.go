@@ -279,7 +279,7 @@ func TestWaiterWokenByUnlockMessage(t *testing.T) {
 		}()
 		// The waiter must be subscribed before the unlock for the test to mean anything.
 		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
-			return numsub(t, b, holderC, lockChannel("wake")) == 1
+			return numsub(t, b, holderC, waitChannel(waiterC, "wake")) == 1
 		})
 		unlocked := time.Now()
 		if err := holder.Unlock(ctx); err != nil {
@@ -711,7 +711,7 @@ func TestClosedClient(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
 	eventually(t, 5*time.Second, "waiter subscribed", func() bool {
-		return numsub(t, b, c, lockChannel("closing")) == 1
+		return numsub(t, b, c, waitChannel(c, "closing")) == 1
 	})
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

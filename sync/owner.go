@@ -249,8 +249,9 @@ const (
 // release of unknown outcome, and records the hold it took with lease (0: kept by the
 // watchdog). req, called under op, makes the request; every acquire script replies nil when
 // it took or re-entered, acquireLost when the owner knows of holds but Redis has none, or
-// else a wait hint in ms (negative: unknown).
-func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script) (int64, bool, error) {
+// else a wait hint in ms (negative: unknown) — or {hint} when the holder announces its
+// release only on Redisson's channel (lock_acquire.lua): then foreign, if not nil, is set.
+func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script, foreign *bool) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
@@ -281,6 +282,12 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 			return 0, false, err
 		}
 		return o.ttl().Milliseconds(), true, nil
+	}
+	if arr, err := msg.ToArray(); err == nil && len(arr) == 1 {
+		msg = arr[0]
+		if foreign != nil {
+			*foreign = true
+		}
 	}
 	ttl, err := msg.AsInt64()
 	if err != nil {

@@ -153,13 +153,13 @@ func (l *RWLock) attempt(ctx context.Context, write bool, lease time.Duration, l
 		return o.attempt(ctx, lease, func() script {
 			return script{lua.ReadAcquire, []string{o.name, l.timeouts, l.writers},
 				[]string{leaseMs, o.id, l.w.id, strconv.Itoa(o.count), nowMs()}}
-		})
+		}, nil)
 	}
 	o := &l.w
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
 		return script{lua.WriteAcquire, []string{o.name, l.writers},
 			[]string{leaseMs, o.id, strconv.Itoa(o.count), nowMs(), c.fairWaitMs, flag(waiting)}}
-	})
+	}, nil)
 	return c.keepAlive(ttl), ok, err
 }
 

@@ -31,6 +31,10 @@ type wait struct {
 	// granted, if not nil, takes what the message grant says a release gave the waiter.
 	grant   string
 	granted func() (ok bool, err error, taken bool)
+	// also, if not nil, names after a failed attempt a further channel whose messages (by
+	// the same policy) mean the waiter may now succeed, or returns "": a plain lock's
+	// Redisson channel, once a holder was found that announces its release only there.
+	also func() string
 }
 
 // An attempter makes one attempt. ttl is in ms, negative when unknown: on failure, when the
@@ -113,6 +117,12 @@ func (c *Client) waitEnded(err error) error {
 // makes one attempt if it had none.
 func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool) (bool, error) {
 	defer sub.Close()
+	var also *pubsub.Waiter // on the channel w.also named, once it named one
+	defer func() {
+		if also != nil {
+			also.Close()
+		}
+	}()
 	h := w.heir
 	var verdicts <-chan verdict
 	if h != nil {
@@ -123,6 +133,18 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		var alsoC <-chan struct{}
+		if also == nil && w.also != nil {
+			if name := w.also(); name != "" {
+				var err error
+				if also, err = c.mux.Subscribe(name, w.policy); err != nil {
+					return h.leave(ctx, c.waitEnded(err))
+				}
+			}
+		}
+		if also != nil {
+			alsoC = also.C()
+		}
 		d := c.recheckAfter(ttl)
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
@@ -132,16 +154,18 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
-		woken := false
-		var v *verdict // what a release that reserved the heir did
+		var woken *pubsub.Waiter // the registration whose signal woke the waiter
+		var v *verdict           // what a release that reserved the heir did
 		select {
 		case <-sub.C():
-			woken = true
+			woken = sub
 			if w.granted != nil && sub.Last() == w.grant {
 				if ok, err, taken := w.granted(); taken {
 					return ok, err
 				}
 			}
+		case <-alsoC:
+			woken = also
 		case <-timer.C:
 		case got := <-verdicts:
 			v = &got
@@ -159,8 +183,8 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		actx := ctx
 		if v != nil {
 			if v.handed {
-				if woken {
-					sub.Requeue() // the wake-up was for someone else
+				if woken != nil {
+					woken.Requeue() // the wake-up was for someone else
 				}
 				return h.took(*v)
 			}
@@ -175,10 +199,10 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		var err error
 		ttl, ok, err = w.attempt.attempt(actx)
 		attempted = true
-		if err != nil && woken {
+		if err != nil && woken != nil {
 			// The wake-up may have been the only one a release sent this Client: it goes to
 			// another waiter rather than dying with this one.
-			sub.Requeue()
+			woken.Requeue()
 		}
 		if err == nil {
 			hint(sub, ttl)

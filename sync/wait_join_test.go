@@ -29,8 +29,8 @@ func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (
 	t.Cleanup(cancel)
 	result := make(chan error, 1)
 	go func() { result <- c.Lock(name).Lock(otherCtx) }()
-	eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.channel) == 1 })
-	subscribed(t, c, holder.channel)
+	eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.wakeCh) == 1 })
+	subscribed(t, c, holder.wakeCh)
 	return holder, result
 }
 
@@ -92,8 +92,8 @@ func TestJoinedWaiterRechecksAtHolderTTL(t *testing.T) {
 			}
 			aDone <- err
 		}()
-		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(lockChannel(name)) == 1 })
-		subscribed(t, c, lockChannel(name))
+		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
+		subscribed(t, c, waitChannel(c, name))
 		bctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 		defer cancel()
 		start := time.Now()
@@ -120,8 +120,8 @@ func TestJoinedWaiterBehindExpiringHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		go c.Lock(name).Lock(ctx, Lease(300*time.Millisecond)) // A: takes it at ~300 ms, lets it expire at ~600 ms
-		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(lockChannel(name)) == 1 })
-		subscribed(t, c, lockChannel(name))
+		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
+		subscribed(t, c, waitChannel(c, name))
 		bctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 		defer cancel()
 		start := time.Now()

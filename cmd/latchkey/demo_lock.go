@@ -20,10 +20,14 @@ const (
 // demo spells it out itself to listen in, as a Java service's Redisson would.
 func lockChannel(name string) string { return "redisson_lock__channel:{" + name + "}" }
 
+// clientChannels is the pattern of the channels on which a release wakes one waiting
+// latchkey Client alone: {name}:lock_clients:<the Client's token>.
+func clientChannels(name string) string { return "{" + name + "}:lock_clients:*" }
+
 // published is one message seen on a lock channel, and when.
 type published struct {
-	payload string
-	at      time.Time
+	channel, payload string
+	at               time.Time
 }
 
 // wake shows a blocked Lock returning as soon as the holder unlocks, long before the
@@ -51,7 +55,7 @@ func (d *demo) wake(ctx context.Context) error {
 	defer b.Close()
 
 	channel := lockChannel(wakeLockKey)
-	msgs, stopSpy, err := d.listen(ctx, channel)
+	msgs, stopSpy, err := d.listen(ctx, channel, clientChannels(wakeLockKey))
 	if err != nil {
 		return err
 	}
@@ -118,11 +122,11 @@ func (d *demo) wake(ctx context.Context) error {
 	for range 2 {
 		select {
 		case m := <-msgs:
-			what := "Redisson's unlock message, for Java waiters"
-			if m.payload != "0" {
-				what = "client B's token: the release wakes B's client alone"
+			what := "Redisson's unlock message, for Java waiters; no latchkey Client listens there while one holds"
+			if m.channel != channel {
+				what = "client B's own channel: the release wakes B's client alone"
 			}
-			d.printf("  +%s  message %q published on %s (%s)\n", ms(m.at.Sub(unlockAt)), m.payload, channel, what)
+			d.printf("  +%s  message %q published on %s (%s)\n", ms(m.at.Sub(unlockAt)), m.payload, m.channel, what)
 		case <-time.After(100 * time.Millisecond):
 			d.printf("  (the listener saw no more messages on %s)\n", channel)
 		}
@@ -134,29 +138,34 @@ func (d *demo) wake(ctx context.Context) error {
 	return nil
 }
 
-// listen subscribes a connection of its own to channel and returns the messages it sees,
-// once the subscription is confirmed, so no message published afterwards can be missed.
-// stop ends the subscription and waits for it to be gone.
-func (d *demo) listen(ctx context.Context, channel string) (msgs <-chan published, stop func(), err error) {
+// listen subscribes a connection of its own to the channels matching patterns and returns
+// the messages it sees, once every subscription is confirmed, so no message published
+// afterwards can be missed. stop ends the subscription and waits for it to be gone.
+func (d *demo) listen(ctx context.Context, patterns ...string) (msgs <-chan published, stop func(), err error) {
 	rdb, err := d.connect()
 	if err != nil {
 		return nil, nil, err
 	}
 	out := make(chan published, 16)
 	subscribed := make(chan struct{})
-	var once sync.Once
+	var mu sync.Mutex
+	confirmed := 0
 	hook := func(s rueidis.PubSubSubscription) {
-		if s.Kind == "subscribe" {
-			once.Do(func() { close(subscribed) })
+		mu.Lock()
+		defer mu.Unlock()
+		if s.Kind == "psubscribe" {
+			if confirmed++; confirmed == len(patterns) {
+				close(subscribed)
+			}
 		}
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- rdb.Receive(rueidis.WithOnSubscriptionHook(lctx, hook), rdb.B().Subscribe().Channel(channel).Build(),
+		done <- rdb.Receive(rueidis.WithOnSubscriptionHook(lctx, hook), rdb.B().Psubscribe().Pattern(patterns...).Build(),
 			func(m rueidis.PubSubMessage) {
 				select {
-				case out <- published{payload: m.Message, at: time.Now()}:
+				case out <- published{channel: m.Channel, payload: m.Message, at: time.Now()}:
 				default: // A witness must never hold up the connection.
 				}
 			})
@@ -172,10 +181,10 @@ func (d *demo) listen(ctx context.Context, channel string) (msgs <-chan publishe
 	case err := <-done:
 		cancel()
 		rdb.Close()
-		return nil, nil, fmt.Errorf("subscribe %s: %w", channel, err)
+		return nil, nil, fmt.Errorf("subscribe %q: %w", patterns, err)
 	case <-time.After(d.cfg.wakeLimit):
 		stop()
-		return nil, nil, fmt.Errorf("subscribe %s: not confirmed within %v", channel, d.cfg.wakeLimit)
+		return nil, nil, fmt.Errorf("subscribe %q: not confirmed within %v", patterns, d.cfg.wakeLimit)
 	}
 }
 

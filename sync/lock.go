@@ -204,21 +204,22 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 	join := o.count == 0 && !o.unsure && o.unsettled == nil && l.fair == nil
 	o.unlock()
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
-	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
-	if l.fair == nil {
+	// Either lock's channel is its waiters' own or their Client's, which lingers subscribed
+	// between waits: early listening saves an attempt per wait.
+	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a, early: true}
+	if l.fair != nil {
+		// The waiter's own channel: a release may grant it the lock (its token) rather than
+		// tell it to attempt (0).
+		a.token = o.c.newToken()
+		w.policy, w.grant = pubsub.AllPolicy, a.token
+		w.granted = func() (bool, error, bool) { return o.takeGrant(lease, a.requests) }
+	} else {
 		w.also = func() string {
 			if a.foreign {
 				return l.channel
 			}
 			return ""
 		}
-	}
-	if l.fair != nil {
-		// The waiter's own channel: a release may grant it the lock (its token) rather than
-		// tell it to attempt (0).
-		a.token = o.c.newToken()
-		w.policy, w.early, w.grant = pubsub.AllPolicy, true, a.token
-		w.granted = func() (bool, error, bool) { return o.takeGrant(lease, a.requests) }
 	}
 	if join && o.c.maxHandoff > 0 {
 		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs, attempt: a}

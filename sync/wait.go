@@ -24,9 +24,9 @@ type wait struct {
 	// heir, if not nil, is queued while waiting for a local release to hand the lock to.
 	heir *heir
 	// early registers on the channel before the first attempt if it is subscribed already:
-	// for a waiter's own channel, which lingers subscribed between its waits, so that a
-	// waiter coming back needs no second attempt for a message it might have missed while
-	// subscribing.
+	// for a channel of the waiter's own or its Client's, which lingers subscribed between
+	// waits, so that a waiter coming back needs no second attempt for a message it might
+	// have missed while subscribing.
 	early bool
 	// granted, if not nil, takes what the message grant says a release gave the waiter.
 	grant   string
@@ -79,6 +79,7 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 			sub.Close()
 			return ok, err
 		}
+		hint(sub, ttl)
 		return c.await(ctx, w, sub, deadline, ttl, true)
 	}
 	ttl, ok, err := w.attempt.attempt(ctx)

@@ -13,7 +13,8 @@
 -- releasing client registered again, last, if it has waiters left — and so woken if no
 -- other client waits — and the next waiting client and Redisson's waiters told: see
 -- wake_next); 2 when handed to ARGV[10], which then holds it once with its own lease
--- (nothing is published: the lock was never free). Safe to repeat (see release).
+-- (nothing is published: the lock was never free; the client's registration goes). Safe to
+-- repeat (see release).
 local freed = 1
 if ARGV[10] then
     freed = 2
@@ -24,12 +25,16 @@ return release(KEYS[1], KEYS[3], ARGV[4], ARGV[2], tonumber(ARGV[5]), tonumber(A
         if ARGV[10] then
             redis.call('hset', KEYS[1], ARGV[10], 1)
             redis.call('pexpire', KEYS[1], ARGV[11])
+            -- The heir took its client's turn, as a waiting acquire that takes does; the
+            -- lock stays with the client, whose next release sees every waiter it has then.
+            redis.call('zrem', KEYS[4], ARGV[7])
             return 2
         end
+        -- The client's registration stays if there is one: with no waiter left that the
+        -- release knew of, it is a waiter's that registered meanwhile (the take that led to
+        -- this hold dropped the earlier one).
         if ARGV[8] == '1' then
             wait_here(KEYS[4], ARGV[7], tonumber(ARGV[9])) -- its waiters' turn comes last
-        else
-            redis.call('zrem', KEYS[4], ARGV[7])
         end
         wake_next(KEYS[4], KEYS[2], ARGV[3])
         return 1

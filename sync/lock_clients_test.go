@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 )
 
@@ -294,4 +295,29 @@ func serverMs(t *testing.T, rdb rueidis.Client) int64 {
 	s, _ := strconv.ParseInt(tm[0], 10, 64)
 	us, _ := strconv.ParseInt(tm[1], 10, 64)
 	return s*1000 + us/1000
+}
+
+// A release that knew of no waiter left in its Client keeps the Client's registration: it
+// is that of a waiter that registered while the release was on its way, which the release
+// wakes (here, the one registered Client) rather than strand it until its keep-alive (20 s).
+func TestReleaseKeepsRegistrationOfWaiterThatCameMeanwhile(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "came-meanwhile"
+		c, rdb := newClient(t, b.Addr, WithLocalHandoff(0), WithFairLockWaitTimeout(time.Minute))
+		holder := c.Lock(name)
+		must(t, holder.Lock(ctx))
+		got := lockAsync(ctx, c.Lock(name))
+		eventually(t, 5*time.Second, "the waiter registered and subscribed", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && numsub(t, b, c, waitChannel(c, name)) == 1
+		})
+		// The holder's release as sent before the waiter came: no waiters left.
+		keys := []string{name, lockChannel(name), prefixName(unlockLatchPrefix, name) + ":meanwhile", suffixName(name, "lock_clients")}
+		args := []string{"30000", holder.Owner(), "PUBLISH", unlockLatchMs, "1", "1", c.lockToken, "0", c.fairWaitMs}
+		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 1 {
+			t.Fatalf("release: %v, %v; want 1 (freed)", v, err)
+		}
+		wantResult(t, "the waiter that came meanwhile", got, 5*time.Second)
+	})
 }

@@ -168,7 +168,8 @@ local function foreign(key)
     return not (holder and string.find(holder, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-8'))
 end
 
--- wake_next announces that a plain lock is free: it wakes the first-registered live client
+-- wake_next announces that a plain lock is free: it wakes the live client whose
+-- registration lapses first (the first-registered, among clients with one wait time)
 -- on its own channel (its registration goes), then publishes 0 on the lock channel:
 -- Redisson's waiters race that client, as Redisson's non-fair lock has them race, and so do
 -- latchkey clients listening there.

@@ -340,6 +340,16 @@ func (w *Waiter) Close() {
 	}
 }
 
+// Wake signals the longest-waiting waiter of name that has no pending signal, if any, to
+// re-check now: for news that no message carries.
+func (m *Mux) Wake(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch := m.channels[name]; ch != nil {
+		wakeN(ch, 1)
+	}
+}
+
 // WakeAll signals every waiter of every channel to re-check now: for news that no message
 // carries (the client was found closed).
 func (m *Mux) WakeAll() {

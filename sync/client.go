@@ -196,8 +196,13 @@ type Client struct {
 	fairWaitMs string
 
 	// afterAcquire, if set, runs when an acquire script has replied, before its hold is
-	// recorded: tests stand a process pause in there.
-	afterAcquire func()
+	// recorded: tests stand a process pause in there. beforeRelease runs when a plain
+	// lock's release has counted its Client's waiters, and beforeLeave when a last waiter
+	// is about to drop its Client's registration: tests stand waiters coming and going
+	// meanwhile in there.
+	afterAcquire  func()
+	beforeRelease func()
+	beforeLeave   func()
 
 	heirs heirs // local waiters a release may hand its lock to
 

@@ -28,8 +28,9 @@ import (
 // release's reply (within the retry budget) and, handed, succeeds.
 //
 // Who gets the lock: Lock is Redisson's non-fair lock. A release that frees it wakes one
-// waiting Client, the one whose waiters attempted least recently, on a channel of that
-// Client's own, while Java waiters race it (a newcomer may also take a free lock first);
+// waiting Client, the one whose waiters attempted least recently (among Clients with one
+// WithFairLockWaitTimeout; otherwise the one whose registration lapses first), on a channel
+// of that Client's own, while Java waiters race it (a newcomer may also take a free lock first);
 // within a Client the local hand-off serves waiters in arrival order, and after
 // WithLocalHandoff hand-offs in a row the lock goes to the next Client. Waiters listen on
 // Redisson's shared channel only once they find a holder that is not a latchkey Client,
@@ -232,13 +233,29 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
 			return got, gerr
 		}
-	case o.c.mux.Waiters(l.wakeCh) == 0 && !o.c.isClosed():
-		// The client's last waiter: its registration goes, or, if a release woke this client
-		// as the wait ended, the next client is woken.
+	case !o.c.isClosed():
+		l.waitLeft(ctx)
+	}
+	return ok, err
+}
+
+// waitLeft keeps a plain lock's Client registration in step with its waiters after a wait
+// ended without the lock, or after a release that registered the Client for waiters that
+// have left since. The Client's last waiter drops the registration (or, if a release woke
+// this Client as the wait ended, wakes the next Client: lock_leave.lua). And one waiter
+// still there attempts again: one that came meanwhile may have registered just before the
+// leave dropped it, and one that queued behind this wait never attempted, so never saw what
+// this one saw (a Redisson holder, whose release only its channel carries).
+func (l *exclusive) waitLeft(ctx context.Context) {
+	o := &l.o
+	if o.c.mux.Waiters(l.wakeCh) == 0 {
+		if o.c.beforeLeave != nil {
+			o.c.beforeLeave()
+		}
 		_, _ = o.withdraw(ctx, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
 			[]string{o.c.lockToken, o.c.publishCmd}}, nil)
 	}
-	return ok, err
+	o.c.mux.Wake(l.wakeCh)
 }
 
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
@@ -311,7 +328,8 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 //     its lease unless Unlock is called again.
 func (l *exclusive) Unlock(ctx context.Context) error {
 	o := &l.o
-	return o.release(ctx, func(last bool, latch, n string) (script, *heir) {
+	registered := false // the release registers the Client again, for its waiters left
+	err := o.release(ctx, func(last bool, latch, n string) (script, *heir) {
 		var h *heir
 		if last && l.fair == nil && o.run < o.c.maxHandoff && !o.c.isClosed() {
 			h = o.c.heirs.reserve(o.name)
@@ -321,13 +339,21 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 			return script{lua.FairRelease, l.keys(l.channel, latch),
 				[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n, nowMs()}}, nil
 		}
+		registered = last && h == nil && o.c.mux.Waiters(l.wakeCh) > 0
 		args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n,
-			o.c.lockToken, flag(h == nil && o.c.mux.Waiters(l.wakeCh) > 0), o.c.fairWaitMs}
+			o.c.lockToken, flag(registered), o.c.fairWaitMs}
+		if o.c.beforeRelease != nil {
+			o.c.beforeRelease()
+		}
 		if h != nil {
 			args = append(args, h.o.id, h.leaseMs)
 		}
 		return script{lua.LockRelease, []string{o.name, l.channel, latch, l.clients}, args}, h
 	})
+	if registered && o.c.mux.Waiters(l.wakeCh) == 0 && !o.c.isClosed() {
+		l.waitLeft(ctx) // the waiters it registered for left while it was on its way
+	}
+	return err
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there

@@ -321,3 +321,111 @@ func TestReleaseKeepsRegistrationOfWaiterThatCameMeanwhile(t *testing.T) {
 		wantResult(t, "the waiter that came meanwhile", got, 5*time.Second)
 	})
 }
+
+// A waiter that came as its Client's last waiter left, and registered just before the
+// leave dropped the registration, is made to attempt again, and so registers again: the
+// release wakes it rather than strand it until its keep-alive (20 s here).
+func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "came-as-last-left"
+		holderC, rdb := newClient(t, b.Addr)
+		c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		holder := holderC.Lock(name)
+		must(t, holder.Lock(ctx))
+		attempts := countAttempts(c)
+		leaveCtx, leave := context.WithCancel(ctx)
+		first := lockAsync(leaveCtx, c.Lock(name))
+		eventually(t, 5*time.Second, "the first waiter registered and subscribed", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && numsub(t, b, c, waitChannel(c, name)) == 1
+		})
+		var next <-chan error
+		c.beforeLeave = func() {
+			c.beforeLeave = nil
+			n := attempts.Load()
+			next = lockAsync(ctx, c.Lock(name))
+			eventually(t, 5*time.Second, "the next waiter attempted", func() bool { return attempts.Load() > n })
+		}
+		leave()
+		if err := <-first; err != context.Canceled {
+			t.Fatalf("first waiter: %v, want context.Canceled", err)
+		}
+		must(t, holder.Unlock(ctx))
+		wantResult(t, "the next waiter", next, 5*time.Second)
+	})
+}
+
+// A release that registered its Client again for a waiter that left while the release was
+// on its way drops that registration, which would otherwise take the wake of a later
+// release from the Client registered behind it (20 s keep-alive here).
+func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "left-meanwhile"
+		x, rdb := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute), WithLocalHandoff(0))
+		z1C, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		z2C, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		holder := x.Lock(name)
+		must(t, holder.Lock(ctx))
+		z1 := z1C.Lock(name)
+		got1 := lockAsync(ctx, z1)
+		eventually(t, 5*time.Second, "z1 registered", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken}) && numsub(t, b, z1C, waitChannel(z1C, name)) == 1
+		})
+		last := serverMs(t, rdb)
+		eventually(t, 5*time.Second, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
+		leaveCtx, leave := context.WithCancel(ctx)
+		w := lockAsync(leaveCtx, x.Lock(name))
+		eventually(t, 5*time.Second, "x's waiter registered", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken, x.lockToken}) && x.mux.Waiters(waitChannel(x, name)) == 1
+		})
+		x.beforeRelease = func() {
+			x.beforeRelease = nil
+			leave()
+			if err := <-w; err != context.Canceled {
+				t.Errorf("x's waiter: %v, want context.Canceled", err)
+			}
+		}
+		must(t, holder.Unlock(ctx)) // counted x's waiter, which left before it ran
+		wantResult(t, "z1", got1, 5*time.Second)
+		got2 := lockAsync(ctx, z2C.Lock(name))
+		eventually(t, 5*time.Second, "z2 registered", func() bool {
+			return slices.Contains(registered(t, rdb, name), z2C.lockToken) && numsub(t, b, z2C, waitChannel(z2C, name)) == 1
+		})
+		must(t, z1.Unlock(ctx))
+		wantResult(t, "z2", got2, 5*time.Second)
+	})
+}
+
+// A waiter queued behind one that found a Redisson holder never attempted itself; when the
+// one ahead gives up, it attempts, finds the holder and listens on Redisson's channel, so
+// the Redisson release wakes it (20 s keep-alive here).
+func TestQueuedWaiterHearsRedissonReleaseAfterTheOneAheadLeft(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "queued-java"
+		c, rdb := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue(redissonOwner, "1").Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
+		leaveCtx, leave := context.WithCancel(ctx)
+		first := lockAsync(leaveCtx, c.Lock(name))
+		eventually(t, 5*time.Second, "the first waiter on Redisson's channel", func() bool {
+			return numsub(t, b, c, lockChannel(name)) == 1
+		})
+		second := lockAsync(ctx, c.Lock(name))
+		eventually(t, 5*time.Second, "the second waiter queued", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 2 })
+		leave()
+		if err := <-first; err != context.Canceled {
+			t.Fatalf("first waiter: %v, want context.Canceled", err)
+		}
+		eventually(t, 5*time.Second, "the second waiter on Redisson's channel", func() bool {
+			return numsub(t, b, c, lockChannel(name)) == 1
+		})
+		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(lockChannel(name)).Message("0").Build()).Error())
+		wantResult(t, "the second waiter", second, 5*time.Second)
+	})
+}

@@ -5,16 +5,16 @@
 -- ARGV[1] lease ms a partial release keeps at least, ARGV[2] owner id, ARGV[3] publish
 -- command, ARGV[4] latch PX ms, ARGV[5] the holds the owner knows it has (this release drops
 -- one), ARGV[6] this release's request number (rising per owner), ARGV[7] the client's token,
--- ARGV[8] 1 if the client has waiters left for the lock, ARGV[9] how long a registration
--- lasts (ms);
+-- ARGV[8] 1 if the client has waiters left for the lock (besides the heir, if any), ARGV[9]
+-- how long a registration lasts (ms);
 -- ARGV[10], ARGV[11], optional: an owner to hand the lock to when this release frees it, and
 -- that owner's lease ms.
 -- Reply: nil when the owner does not hold the lock; 0 when still held; 1 when freed (the
 -- releasing client registered again, last, if it has waiters left — and so woken if no
 -- other client waits — and the next waiting client and Redisson's waiters told: see
 -- wake_next); 2 when handed to ARGV[10], which then holds it once with its own lease
--- (nothing is published: the lock was never free; the client's registration goes). Safe to
--- repeat (see release).
+-- (nothing is published: the lock was never free; the client's registration goes if it has
+-- no other waiter). Safe to repeat (see release).
 local freed = 1
 if ARGV[10] then
     freed = 2
@@ -25,9 +25,12 @@ return release(KEYS[1], KEYS[3], ARGV[4], ARGV[2], tonumber(ARGV[5]), tonumber(A
         if ARGV[10] then
             redis.call('hset', KEYS[1], ARGV[10], 1)
             redis.call('pexpire', KEYS[1], ARGV[11])
-            -- The heir took its client's turn, as a waiting acquire that takes does; the
-            -- lock stays with the client, whose next release sees every waiter it has then.
-            redis.call('zrem', KEYS[4], ARGV[7])
+            -- With no other waiter in its client, the heir took the client's turn, as a
+            -- waiting acquire that takes does; the lock stays with the client, whose next
+            -- release sees every waiter it has then.
+            if ARGV[8] ~= '1' then
+                redis.call('zrem', KEYS[4], ARGV[7])
+            end
             return 2
         end
         -- The client's registration stays if there is one: with no waiter left that the

@@ -339,9 +339,14 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 			return script{lua.FairRelease, l.keys(l.channel, latch),
 				[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n, nowMs()}}, nil
 		}
-		registered = last && h == nil && o.c.mux.Waiters(l.wakeCh) > 0
+		// Whether the Client has waiters left: besides the heir, if it hands the lock on.
+		left := o.c.mux.Waiters(l.wakeCh) > 0
+		if h != nil {
+			left = o.c.mux.Waiters(l.wakeCh) > 1
+		}
+		registered = last && h == nil && left
 		args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n,
-			o.c.lockToken, flag(registered), o.c.fairWaitMs}
+			o.c.lockToken, flag(left), o.c.fairWaitMs}
 		if o.c.beforeRelease != nil {
 			o.c.beforeRelease()
 		}

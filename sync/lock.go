@@ -233,7 +233,9 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
 			return got, gerr
 		}
-	case !o.c.isClosed():
+	default:
+		// Also when the wait ended with Close: the rueidis client is still open then, as
+		// Close's doc asks, and a registration left behind would take a wake from others.
 		l.waitLeft(ctx)
 	}
 	return ok, err

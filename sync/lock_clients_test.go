@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -427,5 +428,29 @@ func TestQueuedWaiterHearsRedissonReleaseAfterTheOneAheadLeft(t *testing.T) {
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(lockChannel(name)).Message("0").Build()).Error())
 		wantResult(t, "the second waiter", second, 5*time.Second)
+	})
+}
+
+// Closing a Client whose waiters wait drops its registration, which would otherwise take
+// the next wake from the Clients registered behind it.
+func TestClosedClientLeavesNoRegistration(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "closed-leaves"
+		holderC, rdb := newClient(t, b.Addr)
+		c, _ := newClient(t, b.Addr)
+		must(t, holderC.Lock(name).Lock(ctx))
+		got := lockAsync(ctx, c.Lock(name))
+		eventually(t, 5*time.Second, "the waiter registered", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{c.lockToken})
+		})
+		must(t, c.Close())
+		if err := <-got; !errors.Is(err, ErrClosed) {
+			t.Fatalf("waiter: %v, want ErrClosed", err)
+		}
+		if r := registered(t, rdb, name); len(r) != 0 {
+			t.Fatalf("registered %q after the Client closed, want none", r)
+		}
 	})
 }

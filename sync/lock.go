@@ -342,10 +342,11 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 				[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n, nowMs()}}, nil
 		}
 		// Whether the Client has waiters left: besides the heir, if it hands the lock on.
-		left := o.c.mux.Waiters(l.wakeCh) > 0
+		heirs := 0
 		if h != nil {
-			left = o.c.mux.Waiters(l.wakeCh) > 1
+			heirs = 1
 		}
+		left := o.c.mux.Waiters(l.wakeCh) > heirs
 		registered = last && h == nil && left
 		args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n,
 			o.c.lockToken, flag(left), o.c.fairWaitMs}

@@ -93,7 +93,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 			// Registered, and subscribed: its attempt after the subscription was confirmed
 			// is its last until something wakes it.
 			eventually(t, 5*time.Second, "waiter registered and subscribed", func() bool {
-				return slices.Equal(registered(t, rdb, name), tokens) && numsub(t, b, c, waitChannel(c, name)) == 1 &&
+				return slices.Equal(registered(t, rdb, name), tokens) && listening(t, b, c, name) &&
 					n.Load() >= 2
 			})
 			if n := numsub(t, b, c, lockChannel(name)); n != 1 {
@@ -187,7 +187,7 @@ func TestGoneClientCostsAKeepAlive(t *testing.T) {
 		got := lockAsync(ctx, waiter)
 		eventually(t, 5*time.Second, "the live waiter registered and subscribed", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{"77", waiterC.lockToken}) &&
-				numsub(t, b, waiterC, waitChannel(waiterC, name)) == 1 && attempts.Load() >= 2
+				listening(t, b, waiterC, name) && attempts.Load() >= 2
 		})
 		must(t, holder.Unlock(ctx))
 		wantResult(t, "the live waiter", got, 5*time.Second)
@@ -220,7 +220,7 @@ func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 		})
 		next := lockAsync(ctx, nextC.Lock(name))
 		eventually(t, 5*time.Second, "the next waiter registered and subscribed", func() bool {
-			return len(registered(t, rdb, name)) == 2 && numsub(t, b, nextC, waitChannel(nextC, name)) == 1
+			return len(registered(t, rdb, name)) == 2 && listening(t, b, nextC, name)
 		})
 		// A release woke the leaver's Client — its registration taken, the lock freed — and
 		// the message never reached it.
@@ -249,7 +249,7 @@ func TestWokenClientHearsARedissonHolderRelease(t *testing.T) {
 		got := lockAsync(ctx, waiterC.Lock(name))
 		eventually(t, 5*time.Second, "the waiter registered and subscribed", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{waiterC.lockToken}) &&
-				numsub(t, b, waiterC, waitChannel(waiterC, name)) == 1
+				listening(t, b, waiterC, name)
 		})
 		// The latchkey holder's lease ends and a Java thread takes the lock; then the wake of
 		// the release the waiter missed arrives.
@@ -281,11 +281,18 @@ func TestHolderWithOtherUUIDVersionIsHeardOnRedissonChannel(t *testing.T) {
 		must(t, holder.Lock(ctx))
 		got := lockAsync(ctx, waiterC.Lock(name))
 		eventually(t, 5*time.Second, "the waiter listening on both channels", func() bool {
-			return numsub(t, b, waiterC, waitChannel(waiterC, name)) == 1 && numsub(t, b, waiterC, lockChannel(name)) == 1
+			return listening(t, b, waiterC, name) && numsub(t, b, waiterC, lockChannel(name)) == 1
 		})
 		must(t, holder.Unlock(ctx))
 		wantResult(t, "the waiter", got, 5*time.Second)
 	})
+}
+
+// listening reports whether c's waiters of the plain lock name have their channel
+// subscribed on the server.
+func listening(t *testing.T, b *redistest.Backend, c *Client, name string) bool {
+	t.Helper()
+	return numsub(t, b, c, waitChannel(c, name)) == 1
 }
 
 // serverMs is the server's clock in ms.
@@ -311,7 +318,7 @@ func TestReleaseKeepsRegistrationOfWaiterThatCameMeanwhile(t *testing.T) {
 		must(t, holder.Lock(ctx))
 		got := lockAsync(ctx, c.Lock(name))
 		eventually(t, 5*time.Second, "the waiter registered and subscribed", func() bool {
-			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && numsub(t, b, c, waitChannel(c, name)) == 1
+			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && listening(t, b, c, name)
 		})
 		// The holder's release as sent before the waiter came: no waiters left.
 		keys := []string{name, lockChannel(name), prefixName(unlockLatchPrefix, name) + ":meanwhile", suffixName(name, "lock_clients")}
@@ -339,7 +346,7 @@ func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 		leaveCtx, leave := context.WithCancel(ctx)
 		first := lockAsync(leaveCtx, c.Lock(name))
 		eventually(t, 5*time.Second, "the first waiter registered and subscribed", func() bool {
-			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && numsub(t, b, c, waitChannel(c, name)) == 1
+			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && listening(t, b, c, name)
 		})
 		var next <-chan error
 		c.beforeLeave = func() {
@@ -373,7 +380,7 @@ func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 		z1 := z1C.Lock(name)
 		got1 := lockAsync(ctx, z1)
 		eventually(t, 5*time.Second, "z1 registered", func() bool {
-			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken}) && numsub(t, b, z1C, waitChannel(z1C, name)) == 1
+			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken}) && listening(t, b, z1C, name)
 		})
 		last := serverMs(t, rdb)
 		eventually(t, 5*time.Second, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
@@ -393,7 +400,7 @@ func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 		wantResult(t, "z1", got1, 5*time.Second)
 		got2 := lockAsync(ctx, z2C.Lock(name))
 		eventually(t, 5*time.Second, "z2 registered", func() bool {
-			return slices.Contains(registered(t, rdb, name), z2C.lockToken) && numsub(t, b, z2C, waitChannel(z2C, name)) == 1
+			return slices.Contains(registered(t, rdb, name), z2C.lockToken) && listening(t, b, z2C, name)
 		})
 		must(t, z1.Unlock(ctx))
 		wantResult(t, "z2", got2, 5*time.Second)

@@ -211,8 +211,7 @@ func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 		leaverC, rdb := newClient(t, b.Addr)
 		nextC, _ := newClient(t, b.Addr)
 		// A Java thread holds the lock, with a TTL past the test.
-		must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue("java:1", "1").Build()).Error())
-		must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
+		redissonHolds(t, ctx, rdb, name)
 		leaveCtx, leave := context.WithCancel(ctx)
 		leaver := lockAsync(leaveCtx, leaverC.Lock(name))
 		eventually(t, 5*time.Second, "the leaver registered", func() bool {
@@ -254,8 +253,7 @@ func TestWokenClientHearsARedissonHolderRelease(t *testing.T) {
 		// The latchkey holder's lease ends and a Java thread takes the lock; then the wake of
 		// the release the waiter missed arrives.
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
-		must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue(redissonOwner, "1").Build()).Error())
-		must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
+		redissonHolds(t, ctx, rdb, name)
 		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(waitChannel(waiterC, name)).Message("0").Build()).Error())
 		eventually(t, 5*time.Second, "the waiter listening on Redisson's channel", func() bool {
 			return numsub(t, b, waiterC, lockChannel(name)) == 1
@@ -293,6 +291,14 @@ func TestHolderWithOtherUUIDVersionIsHeardOnRedissonChannel(t *testing.T) {
 func listening(t *testing.T, b *redistest.Backend, c *Client, name string) bool {
 	t.Helper()
 	return numsub(t, b, c, waitChannel(c, name)) == 1
+}
+
+// redissonHolds writes a Java thread's hold of the plain lock name as Redisson's acquire
+// does, with a TTL past the test.
+func redissonHolds(t *testing.T, ctx context.Context, rdb rueidis.Client, name string) {
+	t.Helper()
+	must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue(redissonOwner, "1").Build()).Error())
+	must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
 }
 
 // serverMs is the server's clock in ms.
@@ -416,8 +422,7 @@ func TestQueuedWaiterHearsRedissonReleaseAfterTheOneAheadLeft(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "queued-java"
 		c, rdb := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
-		must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue(redissonOwner, "1").Build()).Error())
-		must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(60000).Build()).Error())
+		redissonHolds(t, ctx, rdb, name)
 		leaveCtx, leave := context.WithCancel(ctx)
 		first := lockAsync(leaveCtx, c.Lock(name))
 		eventually(t, 5*time.Second, "the first waiter on Redisson's channel", func() bool {

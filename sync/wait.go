@@ -134,6 +134,14 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		d := c.recheckAfter(ttl)
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 && attempted {
+				return h.leave(ctx, nil)
+			}
+			d = max(min(d, left), 0)
+		}
 		var alsoC <-chan struct{}
 		if also == nil && w.also != nil {
 			if name := w.also(); name != "" {
@@ -145,14 +153,6 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		}
 		if also != nil {
 			alsoC = also.C()
-		}
-		d := c.recheckAfter(ttl)
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 && attempted {
-				return h.leave(ctx, nil)
-			}
-			d = max(min(d, left), 0)
 		}
 		timer.Reset(d)
 		var woken *pubsub.Waiter // the registration whose signal woke the waiter

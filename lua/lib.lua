@@ -33,6 +33,33 @@ local function numbered(latch, latchPx, req, replay, run)
     return reply
 end
 
+-- cancel withdraws request req of an owner, whose outcome the owner does not know: if it ran
+-- and acted (its number is the latch's mark), undo reverses what it did; either way the mark
+-- becomes -req, so that a late run of it changes nothing. It replies 1 when it undid, 0
+-- otherwise. Safe to repeat: a repeat finds -req and undoes nothing.
+local function cancel(latch, latchPx, req, undo)
+    local last = tonumber(redis.call('set', latch, -req, 'px', latchPx, 'get'))
+    if last == req then
+        undo()
+        return 1
+    end
+    if last and math.abs(last) > req then
+        redis.call('set', latch, last, 'px', latchPx)
+    end
+    return 0
+end
+
+-- give adds n permits (negative: takes them away) to the semaphore key and publishes the new
+-- total on channel when it is positive, as Redisson's release does: its waiters wake up to
+-- that many local waiters (Java throws on a negative one, and 0 wakes nobody).
+local function give(key, channel, n, publish)
+    local v = redis.call('incrby', key, n)
+    if v > 0 then
+        redis.call(publish, channel, v)
+    end
+    return v
+end
+
 -- release drops one of owner's holds on the exclusive lock hash key, numbered req on latch,
 -- and calls free at the last hold, after the owner's field is deleted: free frees (or hands
 -- on) the lock and returns the reply, which a repeat must give too (freed). It replies nil

@@ -46,6 +46,18 @@ var (
 	rwWriteRelease string
 	//go:embed rw_write_leave.lua
 	rwWriteLeave string
+	//go:embed sem_acquire.lua
+	semAcquire string
+	//go:embed sem_release.lua
+	semRelease string
+	//go:embed sem_set.lua
+	semSet string
+	//go:embed latch_set.lua
+	latchSet string
+	//go:embed latch_count_down.lua
+	latchCountDown string
+	//go:embed latch_delete.lua
+	latchDelete string
 )
 
 var (
@@ -141,4 +153,37 @@ var (
 	// WriteLeave drops a waiting writer's claim and wakes the lock's waiters: KEYS [waiting
 	// writers, channel], ARGV [writer field, publishCmd].
 	WriteLeave = rueidis.NewLuaScript(rwWriteLeave)
+
+	// SemAcquire takes permits of a semaphore: KEYS [semaphore, handle's latch, channel], ARGV
+	// [permits, requestNumber, latchMs, cancel (1/0), publishCmd]. It replies the permits
+	// left (-1 from a repeat), or nil when too few were available. With cancel it withdraws
+	// the request numbered requestNumber, whose outcome was lost: it gives back what the
+	// request took, if it ran, and a late run of it changes nothing.
+	SemAcquire = rueidis.NewLuaScript(lib + semAcquire)
+
+	// SemRelease adds permits to a semaphore (negative: takes them away) and publishes the new
+	// total when positive: KEYS [semaphore, handle's latch, channel], ARGV [permits,
+	// requestNumber, latchMs, publishCmd]. It replies 1.
+	SemRelease = rueidis.NewLuaScript(lib + semRelease)
+
+	// SemSet sets a semaphore's permits ('try': only if it does not exist; 'set') or drains
+	// them ('drain'): KEYS [semaphore, handle's latch, channel], ARGV [mode, permits,
+	// requestNumber, latchMs, publishCmd]. try replies 1 or nil (it existed), set 1, drain
+	// the permits drained (-1 from a repeat).
+	SemSet = rueidis.NewLuaScript(lib + semSet)
+
+	// LatchSet sets a countdown latch's count if it does not exist and publishes 1: KEYS
+	// [latch, handle's latch, channel], ARGV [count, requestNumber, latchMs, publishCmd]. It
+	// replies 1, or nil when the latch existed.
+	LatchSet = rueidis.NewLuaScript(lib + latchSet)
+
+	// LatchCountDown counts a countdown latch down by one, deleting it and publishing 0 at
+	// zero: KEYS [latch, handle's latch, channel], ARGV [requestNumber, latchMs, publishCmd].
+	// It replies 1.
+	LatchCountDown = rueidis.NewLuaScript(lib + latchCountDown)
+
+	// LatchDelete deletes a countdown latch and publishes 1: KEYS [latch, handle's latch,
+	// channel], ARGV [requestNumber, latchMs, publishCmd]. It replies 1, or nil when there was
+	// none.
+	LatchDelete = rueidis.NewLuaScript(lib + latchDelete)
 )

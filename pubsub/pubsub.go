@@ -218,6 +218,15 @@ func (w *Waiter) Last() string {
 	return w.ch.last
 }
 
+// First reports whether w is the longest-waiting waiter of its channel: for waiters served
+// in arrival order, where only the first may act on a wake-up.
+func (w *Waiter) First() bool {
+	m := w.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return w.ch != nil && w.ch.waiters[0] == w
+}
+
 // Waiters returns how many local waiters name has: for diagnostics and tests.
 func (m *Mux) Waiters(name string) int {
 	m.mu.Lock()

@@ -26,4 +26,11 @@ func suffixName(name, suffix string) string {
 const (
 	lockChannelPrefix = "redisson_lock__channel"
 	unlockLatchPrefix = "redisson_unlock_latch"
+
+	semaphoreChannelPrefix = "redisson_sc"
 )
+
+// latchChannel is a countdown latch's channel. Redisson builds it by concatenation, always
+// adding braces, not with prefixName (REDISSON-LAYOUT §6): for a name with its own hash tag
+// the channel hashes elsewhere.
+func latchChannel(name string) string { return "redisson_countdownlatch__channel__{" + name + "}" }

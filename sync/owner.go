@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -153,6 +154,32 @@ func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []
 	return msg, o.wrap(err)
 }
 
+// request runs a numbered request that req makes for the latch and number it is given, after
+// settling an earlier one of unknown outcome: how a primitive without holds (a semaphore, a
+// countdown latch) makes each state change safe to repeat. When its outcome stays unknown
+// it is repeated before the owner's next request — with the arguments cancel makes of its
+// own, if cancel is not nil. A release (ctx without cancellation) is repeated within the
+// retry budget whatever the caller's ctx says.
+func (o *owner) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
+	if err := o.check(ctx); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	if err := o.lock(ctx); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	defer o.unlock()
+	if err := o.settle(ctx); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	latch, n := o.nextRequest()
+	r := req(latch, n)
+	msg, err := o.numbered(ctx, r.s, r.keys, r.args)
+	if u := o.unsettled; u != nil && cancel != nil {
+		u.args = cancel(slices.Clone(u.args))
+	}
+	return msg, err
+}
+
 // settle repeats a request whose outcome is unknown (retried within the budget and ctx) and
 // reports what its answer means. Until a repeat gets a reply — not a refusal: a refused
 // repeat did not run, and the first run may still — the owner makes no other request, so a
@@ -164,7 +191,7 @@ func (o *owner) settle(ctx context.Context) error {
 	}
 	msg, err := o.exec(ctx, r.script, r.keys, r.args)
 	if err != nil {
-		return fmt.Errorf("%w (an earlier release of the handle is still unsettled)", o.wrap(err))
+		return fmt.Errorf("%w (an earlier request of the handle is still unsettled)", o.wrap(err))
 	}
 	o.unsettled = nil
 	if r.settled == nil {
@@ -181,6 +208,11 @@ func (o *owner) settle(ctx context.Context) error {
 // no reply came back for a run that may have acted, the error wraps ErrOutcomeUnknown. A nil
 // reply is no error.
 func (c *Client) exec(ctx context.Context, s *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+	return c.retry(ctx, func(ctx context.Context) rueidis.RedisResult { return s.Exec(ctx, c.rdb, keys, args) })
+}
+
+// retry runs do, which must be safe to repeat, as exec runs a script.
+func (c *Client) retry(ctx context.Context, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, error) {
 	sendCtx := ctx
 	if ctx.Done() != nil {
 		sendCtx = context.WithoutCancel(ctx)
@@ -189,7 +221,7 @@ func (c *Client) exec(ctx context.Context, s *rueidis.Lua, keys, args []string) 
 	backoff := retryBackoff
 	unknown := false
 	for {
-		msg, err := s.Exec(sendCtx, c.rdb, keys, args).ToMessage()
+		msg, err := do(sendCtx).ToMessage()
 		if err == nil || rueidis.IsRedisNil(err) {
 			return msg, nil
 		}

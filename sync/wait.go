@@ -28,6 +28,10 @@ type wait struct {
 	// waits, so that a waiter coming back needs no second attempt for a message it might
 	// have missed while subscribing.
 	early bool
+	// ordered serves the channel's local waiters in arrival order: only the first attempts,
+	// and a wake-up that reaches another is left to it (a semaphore's waiters, where a later,
+	// smaller request could succeed where the first cannot). Every ordered waiter joins.
+	ordered bool
 	// granted, if not nil, takes what the message grant says a release gave the waiter.
 	grant   string
 	granted func() (ok bool, err error, taken bool)
@@ -73,6 +77,9 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 		sub, _, err := c.mux.Listen(w.channel, w.policy)
 		if err != nil {
 			return false, c.waitEnded(err)
+		}
+		if w.ordered && !sub.First() {
+			return c.await(ctx, w, sub, deadline, -1, false) // others came meanwhile
 		}
 		ttl, ok, err := w.attempt.attempt(ctx)
 		if ok || err != nil || w.limit == 0 {
@@ -180,6 +187,13 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		if h != nil && v == nil && !h.state.CompareAndSwap(heirParked, heirBusy) {
 			got := <-h.verdict // a release is handing the lock over: its reply decides
 			v = &got
+		}
+		if w.ordered && !sub.First() {
+			// Not its turn: the waiter ahead attempts, and one served wakes the next.
+			if !deadline.IsZero() && time.Until(deadline) <= 0 {
+				return false, nil
+			}
+			continue
 		}
 		actx := ctx
 		if v != nil {

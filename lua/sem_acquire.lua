@@ -1,0 +1,22 @@
+-- Semaphore acquire (Redisson RSemaphore tryAcquire, §5.1), numbered on the handle's latch
+-- (a latchkey addition: Redisson's is not safe to repeat).
+-- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel;
+-- ARGV[1] permits, ARGV[2] request number, ARGV[3] latch PX ms, ARGV[4] 1 to cancel request
+-- ARGV[2] rather than make it, ARGV[5] publish command.
+-- Reply: the permits left after taking ARGV[1] (-1 from a repeat: not known), or nil when
+-- fewer were available (a missing key has none; nothing changes). A cancel gives back what
+-- the request took, if it ran and took, and replies as cancel does. Safe to repeat.
+local n, req = tonumber(ARGV[1]), tonumber(ARGV[2])
+if ARGV[4] == '1' then
+    return cancel(KEYS[2], ARGV[3], req, function()
+        give(KEYS[1], KEYS[3], n, ARGV[5])
+    end)
+end
+return numbered(KEYS[2], ARGV[3], req, -1, function()
+    local left = tonumber(redis.call('get', KEYS[1]) or '0') - n
+    if left < 0 then
+        return nil
+    end
+    redis.call('decrby', KEYS[1], n)
+    return left
+end)

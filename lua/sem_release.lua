@@ -1,0 +1,10 @@
+-- Semaphore release and addPermits (Redisson RSemaphore, §5.1), numbered on the handle's
+-- latch (a latchkey addition: Redisson's is not safe to repeat).
+-- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel;
+-- ARGV[1] permits to add (negative: taken away), ARGV[2] request number, ARGV[3] latch PX ms,
+-- ARGV[4] publish command.
+-- Reply: 1. The new total is published when positive (see give). Safe to repeat.
+return numbered(KEYS[2], ARGV[3], tonumber(ARGV[2]), 1, function()
+    give(KEYS[1], KEYS[3], tonumber(ARGV[1]), ARGV[4])
+    return 1
+end)

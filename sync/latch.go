@@ -1,0 +1,129 @@
+package sync
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
+	"github.com/redis/rueidis"
+)
+
+// CountDownLatch is a handle on a countdown latch, wire-compatible with Redisson's
+// RCountDownLatch: the Redis key name holds the count as a decimal integer, and the channel
+// redisson_countdownlatch__channel__{name} carries 0 when the count reaches zero and 1 when
+// a count is set or the latch deleted.
+//
+// Await returns once the count is zero: at once if the latch does not exist (a count of
+// zero), or when a count-down brings it there. Every awaiter of every Client wakes on the
+// one message; a latch set again before an awaiter saw it at zero keeps that awaiter waiting.
+// Counting down past zero changes nothing, as in Redisson.
+//
+// Every change a handle makes is safe to repeat: it is numbered on the handle's latch key,
+// so a CountDown whose reply was lost is repeated within the retry budget without counting
+// down twice (Redisson never repeats one, so a lost reply leaves it unknown). A zero message
+// that never arrives (a Java process publishing with another pub/sub mode, a failover)
+// costs each awaiter at most the watchdog timeout, when it checks the count again by itself.
+// A handle is safe for concurrent use.
+type CountDownLatch struct {
+	o       owner
+	channel string
+}
+
+// CountDownLatch returns a handle on the countdown latch called name (its Redis key). It
+// makes no network call; an empty name is reported by the handle's methods.
+func (c *Client) CountDownLatch(name string) *CountDownLatch {
+	l := &CountDownLatch{channel: latchChannel(name)}
+	l.o.init(c, name, nil)
+	return l
+}
+
+// Name returns the latch's name, which is its Redis key.
+func (l *CountDownLatch) Name() string { return l.o.name }
+
+// TrySetCount sets the count to n if the latch does not exist (its count is zero), and
+// reports whether it did. n must be at least 1.
+func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
+	if n < 1 {
+		return false, invalid("count", "must be >= 1, got %d", n)
+	}
+	msg, err := l.request(ctx, lua.LatchSet, strconv.FormatInt(n, 10))
+	return err == nil && !msg.IsNil(), err
+}
+
+// CountDown decrements the count, and at zero deletes the latch and wakes every awaiter.
+// Like a lock's Unlock it is repeated within the retry budget whatever ctx says; an error
+// wrapping ErrOutcomeUnknown means it may or may not have counted, and the handle repeats it
+// before its next request (so do not call CountDown again for it).
+func (l *CountDownLatch) CountDown(ctx context.Context) error {
+	if err := l.o.check(ctx); err != nil {
+		return err
+	}
+	_, err := l.request(context.WithoutCancel(ctx), lua.LatchCountDown)
+	return err
+}
+
+// Delete deletes the latch, whatever its count, and reports whether there was one; awaiters
+// keep waiting for a count to be set and counted down. (Redisson's delete tells them a new
+// count was set.)
+func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
+	msg, err := l.request(ctx, lua.LatchDelete)
+	return err == nil && !msg.IsNil(), err
+}
+
+// request runs one of the latch's scripts, numbered, with args before the request number.
+func (l *CountDownLatch) request(ctx context.Context, s *rueidis.Lua, args ...string) (rueidis.RedisMessage, error) {
+	o := &l.o
+	return o.request(ctx, func(latch, req string) script {
+		return script{s, []string{o.name, latch, l.channel}, append(args, req, unlockLatchMs, o.c.publishCmd)}
+	}, nil)
+}
+
+// Count returns the count now: 0 when the latch does not exist.
+func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
+	o := &l.o
+	if err := o.check(ctx); err != nil {
+		return 0, err
+	}
+	return l.count(ctx)
+}
+
+// count reads the count, repeating the read within the retry budget while its reply is lost.
+func (l *CountDownLatch) count(ctx context.Context) (int64, error) {
+	o := &l.o
+	msg, err := o.c.retry(ctx, func(ctx context.Context) rueidis.RedisResult {
+		return o.c.rdb.Do(ctx, o.c.rdb.B().Get().Key(o.name).Build())
+	})
+	if err != nil || msg.IsNil() {
+		return 0, o.wrap(err)
+	}
+	n, err := msg.AsInt64()
+	return max(n, 0), o.wrap(err)
+}
+
+// Await waits until the count is zero, as long as ctx allows; it returns nil at once if it
+// is zero already, and ctx.Err() if ctx ends first. A zero message wakes every awaiter
+// without a further request.
+func (l *CountDownLatch) Await(ctx context.Context) error {
+	o := &l.o
+	if err := o.check(ctx); err != nil {
+		return err
+	}
+	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
+		n, err := l.count(ctx)
+		return -1, n == 0 && err == nil, err
+	})
+	// A 0 received since the wait registered is proof that the count reached zero
+	// meanwhile: the wait ends without reading it.
+	_, err := o.c.acquire(ctx, wait{channel: l.channel, policy: latchPolicy, limit: -1, attempt: a, early: true,
+		grant: "0", granted: func() (bool, error, bool) { return true, nil, true }})
+	return err
+}
+
+// latchPolicy wakes every awaiter on a zero message, and none on a new count.
+func latchPolicy(payload string) int {
+	if payload == "0" {
+		return pubsub.All
+	}
+	return 0
+}

@@ -1,0 +1,237 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
+	"github.com/redis/rueidis"
+)
+
+// Semaphore is a handle on a counting semaphore, wire-compatible with Redisson's RSemaphore:
+// the Redis key name holds the number of available permits as a decimal integer, and every
+// release publishes the new total on redisson_sc:{name}.
+//
+// Permits are counted, not owned: any handle, of any Client or Java process, may release
+// permits, also ones it never acquired (as in Redisson and unlike x/sync/semaphore). Nor are
+// they leased: permits held by a process that dies are never given back — use
+// PermitSemaphore when holders may crash. A missing key is a semaphore with no permits:
+// set them first (TrySetPermits, SetPermits).
+//
+// Every change a handle makes is safe to repeat: it is numbered on the handle's latch, so a
+// request whose reply was lost is repeated within the retry budget without taking or giving
+// permits twice (Redisson's retries may). An Acquire whose outcome stays unknown returns an
+// error wrapping ErrOutcomeUnknown, and is cancelled before the handle's next request: the
+// permits it took, if it took any, are given back then.
+//
+// Who gets permits: within a Client, waiters of one semaphore are served in arrival order.
+// Only the longest-waiting one attempts; when it gets its permits and some are left, the next
+// attempts. So a large request is never overtaken by smaller ones of its Client, and a small
+// one waits behind a large one that cannot be served yet. (TryAcquire without WaitTime makes
+// its one attempt regardless.) Across Clients and Java processes there is no order: a
+// release wakes the longest-waiting waiter of every Client, and they race for the permits,
+// as Redisson's waiters do.
+//
+// A handle is safe for concurrent use; its requests go to Redis one at a time. A release
+// message that never arrives (a Java process publishing with another pub/sub mode, a
+// failover) costs each waiter at most the watchdog timeout, when it checks again by itself:
+// that re-check is the only cost of waiting, one script per waiter per watchdog timeout.
+type Semaphore struct {
+	o       owner
+	channel string // redisson_sc:{name}
+}
+
+// Semaphore returns a handle on the semaphore called name (its Redis key). It makes no
+// network call; an empty name is reported by the handle's methods.
+func (c *Client) Semaphore(name string) *Semaphore {
+	s := &Semaphore{channel: prefixName(semaphoreChannelPrefix, name)}
+	s.o.init(c, name, nil)
+	return s
+}
+
+// Name returns the semaphore's name, which is its Redis key.
+func (s *Semaphore) Name() string { return s.o.name }
+
+// maxPermits is the most permits one call may name: Redisson counts them in a Java int.
+const maxPermits = math.MaxInt32
+
+// checkPermits validates a number of permits called arg, at least least.
+func checkPermits(arg string, n, least int) error {
+	if n < least || n > maxPermits {
+		return invalid(arg, "must be in [%d, %d], got %d", least, maxPermits, n)
+	}
+	return nil
+}
+
+// TrySetPermits sets the number of available permits to n if the semaphore does not exist
+// yet, and reports whether it did. n must be in [0, 2³¹-1].
+func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
+	if err := checkPermits("permits", n, 0); err != nil {
+		return false, err
+	}
+	msg, err := s.set(ctx, "try", n)
+	return err == nil && !msg.IsNil(), err
+}
+
+// SetPermits sets the number of available permits to n, whatever it was, and wakes waiters.
+// Permits held are not counted: their release adds to n. n must be in [0, 2³¹-1].
+func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
+	if err := checkPermits("permits", n, 0); err != nil {
+		return err
+	}
+	_, err := s.set(ctx, "set", n)
+	return err
+}
+
+// DrainPermits takes every available permit and returns how many there were. Should its
+// reply be lost and a repeat find that it had run, the permits are drained but their number
+// is not known: the error wraps ErrOutcomeUnknown.
+func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
+	msg, err := s.set(ctx, "drain", 0)
+	if err != nil {
+		return 0, err
+	}
+	n, err := msg.AsInt64()
+	if err == nil && n < 0 {
+		err = fmt.Errorf("%w: %q: the permits were drained, but the reply that counted them was lost", ErrOutcomeUnknown, s.o.name)
+	}
+	return int(max(n, 0)), err
+}
+
+func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
+	o := &s.o
+	return o.request(ctx, func(latch, req string) script {
+		return script{lua.SemSet, []string{o.name, latch, s.channel},
+			[]string{mode, strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
+	}, nil)
+}
+
+// AddPermits adds n permits, or takes -n away when n is negative (the count may go below
+// zero: acquisitions then wait until releases bring it back above). n must be in
+// [-2³¹+1, 2³¹-1].
+func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
+	if n < -maxPermits || n > maxPermits {
+		return invalid("permits", "must be in [%d, %d], got %d", -maxPermits, maxPermits, n)
+	}
+	return s.add(ctx, n)
+}
+
+// Release gives n permits back and wakes waiters. When it returns nil the permits were
+// given back exactly once, even if a reply was lost and the request repeated. Like a lock's
+// Unlock, it is repeated within the retry budget whatever ctx says; if the outcome stays
+// unknown (an error wrapping ErrOutcomeUnknown) the handle repeats it before its next
+// request, so do not call Release again for those permits. n must be in [1, 2³¹-1].
+func (s *Semaphore) Release(ctx context.Context, n int) error {
+	if err := checkPermits("permits", n, 1); err != nil {
+		return err
+	}
+	return s.add(ctx, n)
+}
+
+func (s *Semaphore) add(ctx context.Context, n int) error {
+	o := &s.o
+	if err := o.check(ctx); err != nil {
+		return err
+	}
+	_, err := o.request(context.WithoutCancel(ctx), func(latch, req string) script {
+		return script{lua.SemRelease, []string{o.name, latch, s.channel},
+			[]string{strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
+	}, nil)
+	return err
+}
+
+// AvailablePermits returns the number of permits available now (0 when the semaphore does
+// not exist; negative after AddPermits took more than there were).
+func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
+	o := &s.o
+	if err := o.check(ctx); err != nil {
+		return 0, err
+	}
+	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Get().Key(o.name).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return int(n), o.wrap(err)
+}
+
+// Acquire takes n permits, waiting as long as ctx allows. When ctx ends first it returns
+// ctx.Err() and holds none of them. An error wrapping ErrOutcomeUnknown means the permits
+// may have been taken with no reply: the handle gives them back before its next request.
+// n must be in [1, 2³¹-1].
+func (s *Semaphore) Acquire(ctx context.Context, n int) error {
+	if err := s.o.check(ctx); err != nil {
+		return err
+	}
+	if err := checkPermits("permits", n, 1); err != nil {
+		return err
+	}
+	_, err := s.acquire(ctx, n, -1)
+	return err
+}
+
+// TryAcquire takes n permits if they are available and reports whether it did; with
+// WaitTime it waits up to that long, and too few permits is (false, nil), not an error.
+// Errors are as for Acquire. Lease is refused: a Semaphore's permits have none
+// (PermitSemaphore's do).
+func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption) (bool, error) {
+	cfg, err := configure(ctx, &s.o, opts, TryLockOption.applyTry)
+	if err != nil {
+		return false, err
+	}
+	if cfg.leaseSet {
+		return false, invalid("lease", "is not an option of a Semaphore, whose permits have no lease (see PermitSemaphore)")
+	}
+	if err := checkPermits("permits", n, 1); err != nil {
+		return false, err
+	}
+	return s.acquire(ctx, n, cfg.wait)
+}
+
+// semaphorePolicy wakes the longest-waiting local waiter on a release: the others' turns
+// come one by one, as each served waiter wakes the next (see attempt).
+func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload), 1) }
+
+func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
+	c := s.o.c
+	ns := strconv.Itoa(n)
+	a := attemptFunc(func(ctx context.Context) (int64, bool, error) { return s.attempt(ctx, ns) })
+	if limit == 0 {
+		_, ok, err := a(ctx)
+		return ok, err
+	}
+	// Waiters join: a newcomer queues behind the Client's waiters, and only the longest-waiting
+	// one attempts.
+	ok, err := c.acquire(ctx, wait{channel: s.channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true})
+	if !ok {
+		c.mux.Wake(s.channel) // the next waiter may be served where this one was not
+	}
+	return ok, err
+}
+
+// attempt makes one acquisition of n permits. One that leaves permits (or cannot tell) wakes
+// the Client's next waiter: its turn.
+func (s *Semaphore) attempt(ctx context.Context, n string) (int64, bool, error) {
+	o := &s.o
+	msg, err := o.request(ctx, func(latch, req string) script {
+		return script{lua.SemAcquire, []string{o.name, latch, s.channel},
+			[]string{n, req, unlockLatchMs, "0", o.c.publishCmd}}
+	}, func(args []string) []string {
+		args[3] = "1" // repeated as a cancel: the caller was told the permits are not its
+		return args
+	})
+	if err != nil || msg.IsNil() {
+		return -1, false, err
+	}
+	left, err := msg.AsInt64()
+	if err != nil {
+		return -1, false, o.wrap(err)
+	}
+	if left != 0 {
+		o.c.mux.Wake(s.channel)
+	}
+	return -1, true, nil
+}

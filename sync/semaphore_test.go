@@ -1,0 +1,267 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// available reads a semaphore's permits, failing the test on an error.
+func available(t *testing.T, ctx context.Context, s *Semaphore) int {
+	t.Helper()
+	n, err := s.AvailablePermits(ctx)
+	must(t, err)
+	return n
+}
+
+func TestSemaphoreSetAddDrain(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		s := c.Semaphore("sem-basics")
+		if n := available(t, ctx, s); n != 0 {
+			t.Fatalf("a missing semaphore has %d permits, want 0", n)
+		}
+		if ok, err := s.TryAcquire(ctx, 1); ok || err != nil {
+			t.Fatalf("TryAcquire on a missing semaphore: %v, %v; want false, nil", ok, err)
+		}
+		if ok, err := s.TrySetPermits(ctx, 3); !ok || err != nil {
+			t.Fatalf("first TrySetPermits: %v, %v", ok, err)
+		}
+		if ok, err := c.Semaphore("sem-basics").TrySetPermits(ctx, 7); ok || err != nil {
+			t.Fatalf("second TrySetPermits: %v, %v; want false, nil", ok, err)
+		}
+		if ok, err := s.TryAcquire(ctx, 2); !ok || err != nil {
+			t.Fatalf("TryAcquire(2) of 3: %v, %v", ok, err)
+		}
+		if ok, err := s.TryAcquire(ctx, 2); ok || err != nil {
+			t.Fatalf("TryAcquire(2) of 1: %v, %v; want false, nil", ok, err)
+		}
+		must(t, s.Release(ctx, 2))
+		must(t, s.AddPermits(ctx, -5))
+		if n := available(t, ctx, s); n != -2 {
+			t.Fatalf("after AddPermits(-5) of 3: %d, want -2", n)
+		}
+		must(t, s.AddPermits(ctx, 4))
+		if n, err := s.DrainPermits(ctx); n != 2 || err != nil {
+			t.Fatalf("DrainPermits: %d, %v; want 2", n, err)
+		}
+		must(t, s.SetPermits(ctx, 9))
+		if n := available(t, ctx, s); n != 9 {
+			t.Fatalf("after SetPermits(9): %d", n)
+		}
+		if n, err := c.Semaphore("sem-missing").DrainPermits(ctx); n != 0 || err != nil {
+			t.Fatalf("DrainPermits of a missing semaphore: %d, %v", n, err)
+		}
+	})
+}
+
+func TestSemaphoreBadInput(t *testing.T) {
+	t.Parallel()
+	b := redistest.Miniredis(t)
+	ctx := testCtx(t, 5*time.Second)
+	c, _ := newClient(t, b.Addr)
+	s := c.Semaphore("sem-bad")
+	var nilCtx context.Context
+	for name, err := range map[string]error{
+		"Acquire(0)":        s.Acquire(ctx, 0),
+		"Acquire(-1)":       s.Acquire(ctx, -1),
+		"Acquire(2^31)":     s.Acquire(ctx, 1<<31),
+		"Release(0)":        s.Release(ctx, 0),
+		"SetPermits(-1)":    s.SetPermits(ctx, -1),
+		"AddPermits(-2^31)": s.AddPermits(ctx, -(1 << 31)),
+		"TryAcquire(0)":     func() error { _, err := s.TryAcquire(ctx, 0); return err }(),
+		"TryAcquire(Lease)": func() error { _, err := s.TryAcquire(ctx, 1, Lease(time.Second)); return err }(),
+		"TryAcquire(-wait)": func() error { _, err := s.TryAcquire(ctx, 1, WaitTime(-time.Second)); return err }(),
+		"TrySetPermits(-1)": func() error { _, err := s.TrySetPermits(ctx, -1); return err }(),
+		"empty name":        c.Semaphore("").Release(ctx, 1),
+		"TrySetCount(0)":    func() error { _, err := c.CountDownLatch("l").TrySetCount(ctx, 0); return err }(),
+		"latch empty name":  c.CountDownLatch("").CountDown(ctx),
+		"nil ctx (Acquire)": s.Acquire(nilCtx, 1),
+		"nil ctx (Release)": s.Release(nilCtx, 1),
+		"nil ctx (Await)":   c.CountDownLatch("l").Await(nilCtx),
+	} {
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if n := dbsize(t, c.rdb); n != 0 {
+		t.Fatalf("bad input wrote %d keys", n)
+	}
+}
+
+// Permits in use never exceed the limit with 64 goroutines on 4 Clients, and every permit
+// comes back.
+func TestSemaphoreNeverOverLimit(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name, limit, clients, workers, rounds = "sem-limit", 5, 4, 16, 8
+		var cs []*Client
+		for range clients {
+			c, _ := newClient(t, b.Addr)
+			cs = append(cs, c)
+		}
+		if ok, err := cs[0].Semaphore(name).TrySetPermits(ctx, limit); !ok || err != nil {
+			t.Fatalf("TrySetPermits: %v, %v", ok, err)
+		}
+		var inUse, peak, served atomic.Int64
+		var wg gosync.WaitGroup
+		errs := make(chan error, clients*workers)
+		for _, c := range cs {
+			s := c.Semaphore(name) // one handle shared by the Client's goroutines
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					n := 1 + w%2 // a mix of one- and two-permit requests
+					for range rounds {
+						if err := s.Acquire(ctx, n); err != nil {
+							errs <- err
+							return
+						}
+						now := inUse.Add(int64(n))
+						for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+						}
+						time.Sleep(200 * time.Microsecond) // the guarded work
+						inUse.Add(-int64(n))
+						if err := s.Release(ctx, n); err != nil {
+							errs <- err
+							return
+						}
+						served.Add(1)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if p := peak.Load(); p > limit {
+			t.Fatalf("%d permits in use at once, limit %d", p, limit)
+		}
+		if n := served.Load(); n != clients*workers*rounds {
+			t.Fatalf("%d acquisitions served, want %d", n, clients*workers*rounds)
+		}
+		if n := available(t, ctx, cs[0].Semaphore(name)); n != limit {
+			t.Fatalf("%d permits available at the end, want %d", n, limit)
+		}
+	})
+}
+
+// waitersOn waits until c has n local waiters on channel.
+func waitersOn(t *testing.T, c *Client, channel string, n int) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("%d waiters on %s", n, channel), func() bool {
+		return c.mux.Waiters(channel) == n
+	})
+}
+
+// Within a Client, waiters are served in arrival order: a small request does not overtake
+// a large one ahead of it, and the large one is served as soon as its permits are there.
+func TestSemaphoreServesClientWaitersInArrivalOrder(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "sem-order"
+		c, _ := newClient(t, b.Addr)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 0))
+		done := make(chan string, 8)
+		start := func(who string, n int) {
+			go func() {
+				if err := c.Semaphore(name).Acquire(ctx, n); err != nil {
+					done <- who + ": " + err.Error()
+					return
+				}
+				done <- who
+			}()
+		}
+		start("large", 3)
+		waitersOn(t, c, s.channel, 1)
+		for i, who := range []string{"small1", "small2", "small3"} {
+			start(who, 1)
+			waitersOn(t, c, s.channel, i+2)
+		}
+		must(t, s.Release(ctx, 1)) // not enough for the large request: nobody is served
+		must(t, s.Release(ctx, 2)) // now it is
+		if got := <-done; got != "large" {
+			t.Fatalf("first served: %s, want large", got)
+		}
+		if n := available(t, ctx, s); n != 0 {
+			t.Fatalf("%d permits left after the large request, want 0 (a small one overtook it?)", n)
+		}
+		must(t, s.Release(ctx, 3)) // the three small ones, in order
+		for _, want := range []string{"small1", "small2", "small3"} {
+			if got := <-done; got != want {
+				t.Fatalf("served %s, want %s", got, want)
+			}
+		}
+	})
+}
+
+// A waiter whose wait ends hands its turn on: the request behind it is served if it can be.
+func TestSemaphoreWaiterThatLeavesPassesItsTurn(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "sem-leave"
+		c, _ := newClient(t, b.Addr)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 0))
+		bigCtx, cancelBig := context.WithCancel(ctx)
+		big := make(chan error, 1)
+		go func() { big <- c.Semaphore(name).Acquire(bigCtx, 5) }()
+		waitersOn(t, c, s.channel, 1)
+		small := make(chan error, 1)
+		go func() { small <- c.Semaphore(name).Acquire(ctx, 1) }()
+		waitersOn(t, c, s.channel, 2)
+		must(t, s.Release(ctx, 1)) // the large request is woken, and cannot be served
+		cancelBig()
+		if err := <-big; !errors.Is(err, context.Canceled) {
+			t.Fatalf("large request: %v, want context.Canceled", err)
+		}
+		if err := <-small; err != nil {
+			t.Fatalf("small request behind it: %v", err)
+		}
+	})
+}
+
+// A TryAcquire with WaitTime gives up at its wait time with (false, nil), holding nothing.
+func TestSemaphoreTryAcquireWaitTime(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		s := c.Semaphore("sem-wait")
+		must(t, s.SetPermits(ctx, 1))
+		if ok, err := s.TryAcquire(ctx, 2, WaitTime(50*time.Millisecond)); ok || err != nil {
+			t.Fatalf("TryAcquire(2) of 1 with a wait: %v, %v; want false, nil", ok, err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			ok, err := c.Semaphore("sem-wait").TryAcquire(ctx, 2, WaitTime(5*time.Second))
+			if err == nil && !ok {
+				err = errors.New("not acquired")
+			}
+			got <- err
+		}()
+		waitersOn(t, c, s.channel, 1)
+		must(t, s.Release(ctx, 1))
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if n := available(t, ctx, s); n != 0 {
+			t.Fatalf("%d permits left, want 0", n)
+		}
+	})
+}

@@ -1,0 +1,111 @@
+package sync
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/redis/rueidis"
+)
+
+// warmCounters runs every semaphore and latch script once, so that a fault armed next hits
+// the request under test, not a NOSCRIPT fallback.
+func warmCounters(t *testing.T, c *Client) {
+	t.Helper()
+	ctx := testCtx(t, 5*time.Second)
+	s, l := c.Semaphore("warm-up:sem"), c.CountDownLatch("warm-up:latch")
+	must(t, s.SetPermits(ctx, 1))
+	must(t, s.Release(ctx, 1))
+	_, err := s.TryAcquire(ctx, 1)
+	must(t, err)
+	_, err = l.TrySetCount(ctx, 1)
+	must(t, err)
+	must(t, l.CountDown(ctx))
+}
+
+// A request whose reply is lost is repeated, and acts once: a release gives its permits
+// once, an acquire takes them once, a count-down counts once.
+func TestCountersLostReplyActsOnce(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "lossy-counter"
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr())
+		warmCounters(t, c)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 5))
+
+		proxy.DropReplyAfter([]byte(name))
+		must(t, s.Release(ctx, 2))
+		if n := available(t, ctx, s); n != 7 || proxy.Dropped() != 1 {
+			t.Fatalf("after a release of 2 with its reply lost: %d permits (replies dropped: %d), want 7", n, proxy.Dropped())
+		}
+		proxy.DropReplyAfter([]byte(name))
+		if ok, err := s.TryAcquire(ctx, 3); !ok || err != nil {
+			t.Fatalf("TryAcquire with its reply lost: %v, %v", ok, err)
+		}
+		if n := available(t, ctx, s); n != 4 || proxy.Dropped() != 2 {
+			t.Fatalf("after an acquire of 3 with its reply lost: %d permits (replies dropped: %d), want 4", n, proxy.Dropped())
+		}
+
+		l := c.CountDownLatch(name + ":latch")
+		must(t, func() error { _, err := l.TrySetCount(ctx, 3); return err }())
+		proxy.DropReplyAfter([]byte(name + ":latch"))
+		must(t, l.CountDown(ctx))
+		if n := count(t, ctx, l); n != 2 || proxy.Dropped() != 3 {
+			t.Fatalf("after a count-down with its reply lost: count %d (replies dropped: %d), want 2", n, proxy.Dropped())
+		}
+	})
+}
+
+// An acquire whose outcome stays unknown took its permits (its first run acted), and the
+// caller was told it does not know: the handle gives them back before its next request,
+// and a late run of the acquire could take nothing.
+func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "unknown-acquire"
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(0)) // a lost reply is at once unknown
+		warmCounters(t, c)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 5))
+		proxy.DropReplyAfter([]byte(name))
+		if err := s.Acquire(ctx, 3); !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Acquire with a lost reply and no retry budget: %v, want ErrOutcomeUnknown", err)
+		}
+		if n := available(t, ctx, s); n != 2 || proxy.Dropped() != 1 {
+			t.Fatalf("%d permits after the unknown acquire (dropped %d), want 2: its first run took 3", n, proxy.Dropped())
+		}
+		must(t, s.o.lock(ctx))
+		u := s.o.unsettled
+		s.o.unlock()
+		if u == nil || u.args[3] != "1" {
+			t.Fatalf("the unknown acquire is not kept to be cancelled: %+v", u)
+		}
+		late := append([]string(nil), u.args...)
+		late[3] = "0" // the acquire itself, as its first run sent it
+		if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
+			t.Fatalf("next TryAcquire: %v, %v", ok, err)
+		}
+		if n := available(t, ctx, s); n != 4 {
+			t.Fatalf("%d permits after the next acquire, want 4: the unknown acquire's 3 given back", n)
+		}
+		// The cancel marked the request stale: a late run of it changes nothing.
+		admin := b.Client(t)
+		if v, err := lua.SemAcquire.Exec(ctx, admin, u.keys, late).ToMessage(); !v.IsNil() || (err != nil && !rueidis.IsRedisNil(err)) {
+			t.Fatalf("a late run of the cancelled acquire replied %v, %v; want nil", v, err)
+		}
+		if n := available(t, ctx, s); n != 4 {
+			t.Fatalf("%d permits after a late run of the cancelled acquire, want 4", n)
+		}
+		must(t, s.Release(ctx, 1))
+		if n := available(t, ctx, s); n != 5 {
+			t.Fatalf("%d permits at the end, want 5", n)
+		}
+	})
+}

@@ -8,9 +8,10 @@ local function extend(key, ms)
     end
 end
 
--- numbered runs a release numbered req on its owner's unlock latch (REDISSON-LAYOUT §1.6):
--- run acts and returns the reply, nil when the owner held nothing; replay is what a repeat
--- of the request replies.
+-- numbered runs a request numbered req on its owner's unlock latch (REDISSON-LAYOUT §1.6):
+-- run acts and returns the reply — nil, or a second value true, when it did not act (a
+-- release of nothing, an acquire that found too few permits); replay is what a repeat of a
+-- request that acted replies.
 --
 -- Safe to repeat. The latch is one key per owner, a high-water mark of its request numbers,
 -- written and read in one SET ... GET (Redis 6.2+): n when request n acted, -n when it found
@@ -26,8 +27,8 @@ local function numbered(latch, latchPx, req, replay, run)
         end
         return replay
     end
-    local reply = run()
-    if reply == nil then
+    local reply, idle = run()
+    if reply == nil or idle then
         redis.call('set', latch, -req, 'px', latchPx)
     end
     return reply
@@ -210,4 +211,55 @@ local function wake_next(clients, channel, publish)
         end
     end
     redis.call(publish, channel, 0)
+end
+
+-- Permit-expirable semaphores (REDISSON-LAYOUT §5.2): the key holds the available permits,
+-- the zset timeouts the acquired ones, each a raw 16-byte ID scored by its expiry (epoch ms,
+-- or no_expiry).
+local no_expiry = '922337203685477'
+
+-- unhex turns a permit ID's 32 hex characters into the raw bytes the zset holds.
+local function unhex(id)
+    return (string.gsub(id, '..', function(h)
+        return string.char(tonumber(h, 16))
+    end))
+end
+
+-- reclaim gives back the permits whose lease ended by now (at most limit of them, if given)
+-- and publishes the new total when positive.
+local function reclaim(key, timeouts, channel, now, publish, limit)
+    local expired
+    if limit then
+        expired = redis.call('zrangebyscore', timeouts, 0, now, 'limit', 0, limit)
+    else
+        expired = redis.call('zrangebyscore', timeouts, 0, now)
+    end
+    for _, id in ipairs(expired) do
+        redis.call('zrem', timeouts, id)
+    end
+    if #expired > 0 then
+        give(key, channel, #expired, publish)
+    end
+end
+
+-- release_permits takes the listed permits (hex IDs) out of timeouts and gives back those
+-- that were there, publishing the new total. It returns how many of them were there
+-- unexpired at now.
+local function release_permits(key, timeouts, channel, now, publish, ids)
+    local live, removed = 0, 0
+    for _, id in ipairs(ids) do
+        local raw = unhex(id)
+        local exp = redis.call('zscore', timeouts, raw)
+        if exp then
+            redis.call('zrem', timeouts, raw)
+            removed = removed + 1
+            if tonumber(exp) > now then
+                live = live + 1
+            end
+        end
+    end
+    if removed > 0 then
+        give(key, channel, removed, publish)
+    end
+    return live
 end

@@ -58,6 +58,16 @@ var (
 	latchCountDown string
 	//go:embed latch_delete.lua
 	latchDelete string
+	//go:embed perm_acquire.lua
+	permAcquire string
+	//go:embed perm_release.lua
+	permRelease string
+	//go:embed perm_set.lua
+	permSet string
+	//go:embed perm_state.lua
+	permState string
+	//go:embed perm_renew.lua
+	permRenew string
 )
 
 var (
@@ -186,4 +196,31 @@ var (
 	// channel], ARGV [requestNumber, latchMs, publishCmd]. It replies 1, or nil when there was
 	// none.
 	LatchDelete = rueidis.NewLuaScript(lib + latchDelete)
+
+	// PermitAcquire takes permits of a permit-expirable semaphore under the IDs given: KEYS
+	// [semaphore, acquired permits, handle's latch, channel], ARGV [expiryMs, nowMs,
+	// requestNumber, latchMs, cancel (1/0), publishCmd, id1..n (hex)]. It replies the
+	// permits left (-1 from a repeat), {ms until the nearest expiry} or nil when too few
+	// were available. With cancel it withdraws the request as SemAcquire does.
+	PermitAcquire = rueidis.NewLuaScript(lib + permAcquire)
+
+	// PermitRelease gives back acquired permits: KEYS [semaphore, acquired permits, handle's
+	// latch, channel], ARGV [nowMs, requestNumber, latchMs, publishCmd, id1..n (hex)]. It
+	// replies how many were acquired and unexpired (-1 from a repeat).
+	PermitRelease = rueidis.NewLuaScript(lib + permRelease)
+
+	// PermitSet sets ('try', 'set') or adds ('add') a permit-expirable semaphore's permits:
+	// KEYS [semaphore, acquired permits, handle's latch, channel], ARGV [mode, permits, nowMs,
+	// requestNumber, latchMs, publishCmd]. It replies 1, or nil from try when it existed.
+	PermitSet = rueidis.NewLuaScript(lib + permSet)
+
+	// PermitState reads a permit-expirable semaphore, or sets a permit's expiry ('update'),
+	// after reclaiming expired permits: KEYS [semaphore, acquired permits, channel], ARGV
+	// [mode, nowMs, publishCmd, (id, expiryMs)].
+	PermitState = rueidis.NewLuaScript(lib + permState)
+
+	// PermitRenew renews acquisitions of permits kept by the watchdog: KEYS [acquired
+	// permits1..k], ARGV [leaseMs, nowMs, ids1..k (each acquisition's hex IDs,
+	// concatenated)]. It replies as LockRenew; sent as EVAL, as LockRenew is.
+	PermitRenew = rueidis.NewLuaScriptNoSha(lib + permRenew)
 )

@@ -214,7 +214,9 @@ type Client struct {
 	wd       *watchdog.Watchdog
 	lockKind *watchdog.Kind // leases of exclusive holds: the field's TTL
 	readKind *watchdog.Kind // leases of read holds: their timeout keys and the lock's TTL
-	janitor  *janitor
+	// leases of acquired permits: their scores in a permit-expirable semaphore's zset
+	permitKind *watchdog.Kind
+	janitor    *janitor
 
 	owners    atomic.Int64
 	waits     atomic.Uint64 // fair waits, numbered for their tokens
@@ -277,8 +279,9 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded
 	}
-	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewer(lua.LockRenew, func(b watchdog.Batch) []string { return b.Keys })}
-	c.readKind = &watchdog.Kind{Name: "read lock", Renew: c.renewer(lua.ReadRenew, readKeys)}
+	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewer(lua.LockRenew, func(b watchdog.Batch) []string { return b.Keys }, false)}
+	c.readKind = &watchdog.Kind{Name: "read lock", Renew: c.renewer(lua.ReadRenew, readKeys, false)}
+	c.permitKind = &watchdog.Kind{Name: "permits", Renew: c.renewer(lua.PermitRenew, permitKeys, true)}
 	wd, err := watchdog.New(watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log})
 	if err != nil {
 		return nil, err
@@ -348,14 +351,17 @@ func (c *Client) newRequestID() string {
 }
 
 // renewer renews one kind of hold: one pipelined round of batched renewal scripts, each
-// given keys(batch) and the lease and owners as arguments.
-func (c *Client) renewer(s *rueidis.Lua, keys func(watchdog.Batch) []string) watchdog.RenewFunc {
+// given keys(batch) and as arguments the lease, the time (epoch ms) if now, and the owners.
+func (c *Client) renewer(s *rueidis.Lua, keys func(watchdog.Batch) []string, now bool) watchdog.RenewFunc {
 	return func(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
 		ms := strconv.FormatInt(lease.Milliseconds(), 10)
 		execs := make([]rueidis.LuaExec, len(batches))
 		for i, b := range batches {
-			args := make([]string, 0, len(b.Owners)+1)
+			args := make([]string, 0, len(b.Owners)+2)
 			args = append(args, ms)
+			if now {
+				args = append(args, nowMs())
+			}
 			args = append(args, b.Owners...)
 			execs[i] = rueidis.LuaExec{Keys: keys(b), Args: args}
 		}
@@ -387,6 +393,16 @@ func readKeys(b watchdog.Batch) []string {
 	keys := make([]string, 0, 2*len(b.Keys))
 	for i, k := range b.Keys {
 		keys = append(keys, k, readTimeouts(k, b.Owners[i]))
+	}
+	return keys
+}
+
+// permitKeys are a batch of permit acquisitions' keys for lua.PermitRenew: each
+// semaphore's zset of acquired permits.
+func permitKeys(b watchdog.Batch) []string {
+	keys := make([]string, len(b.Keys))
+	for i, k := range b.Keys {
+		keys[i] = suffixName(k, "timeout")
 	}
 	return keys
 }

@@ -1,0 +1,375 @@
+package sync
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/watchdog"
+	"github.com/redis/rueidis"
+)
+
+// PermitSemaphore is a handle on a semaphore whose permits expire, wire-compatible with
+// Redisson's RPermitExpirableSemaphore: the Redis key name holds the available permits, the
+// zset {name}:timeout the acquired ones — each a random 16-byte ID, scored by when its lease
+// ends (epoch ms) — and releases are published on redisson_sc:{name}.
+//
+// Its point is crash safety: every acquired permit has a lease, and a permit whose lease has
+// ended is given back by the next operation of any process on the semaphore — including the
+// acquisitions that wait for it, which wake when the nearest lease ends as well as on
+// release messages. Without an explicit Lease, permits are kept by the Client's watchdog
+// like a lock: renewed while the process lives, given back a watchdog timeout after it dies.
+// Permits tells its holder, through Lost and Valid, when their lease was lost.
+//
+// Every change is safe to repeat, as a Semaphore's is: numbered on the handle's latch, and an
+// acquisition of unknown outcome is cancelled before the handle's next request. Waiters of
+// one Client are served in arrival order, as a Semaphore's are. The scripts take the
+// process's wall clock, as Redisson's do: processes sharing one must keep their clocks in
+// sync. A handle is safe for concurrent use.
+type PermitSemaphore struct {
+	o        owner
+	channel  string // redisson_sc:{name}
+	timeouts string // {name}:timeout, the acquired permits
+}
+
+// PermitSemaphore returns a handle on the permit-expirable semaphore called name (its Redis
+// key). It makes no network call; an empty name is reported by the handle's methods.
+func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
+	s := &PermitSemaphore{channel: prefixName(semaphoreChannelPrefix, name), timeouts: suffixName(name, "timeout")}
+	s.o.init(c, name, nil)
+	return s
+}
+
+// Name returns the semaphore's name, which is its Redis key.
+func (s *PermitSemaphore) Name() string { return s.o.name }
+
+// maxPermitsPerCall is the most permits one acquisition may take: each is an argument of the
+// script and a member of the zset.
+const maxPermitsPerCall = 1 << 16
+
+// Permits are the permits one acquisition took: their IDs and their lease.
+type Permits struct {
+	s        *PermitSemaphore
+	ids      []string
+	lease    *watchdog.Lease
+	released atomic.Bool
+}
+
+// IDs returns the permits' IDs, 32 lowercase hex characters each, as Redisson shows them.
+func (p *Permits) IDs() []string { return append([]string(nil), p.ids...) }
+
+// Lost returns a channel closed when the permits' lease is lost while held: the watchdog
+// found a permit gone or expired, no renewal succeeded before the lease ran out, an explicit
+// Lease ran out, or Release found a permit expired. What it can and cannot promise is as for
+// Lock.Lost: check Valid right before acting.
+func (p *Permits) Lost() <-chan struct{} { return p.lease.Lost() }
+
+// Valid reports whether the permits' lease is ahead now by the monotonic clock, as last
+// confirmed by Redis, and no loss is known. After Release it is false.
+func (p *Permits) Valid() bool {
+	d, ok := p.lease.Deadline()
+	return ok && time.Now().Before(d)
+}
+
+// Deadline returns when the permits' lease ends unless renewed, as last confirmed by Redis,
+// and false once they are released or their lease is lost.
+func (p *Permits) Deadline() (time.Time, bool) { return p.lease.Deadline() }
+
+// Release gives the permits back. It returns nil when every one of them was still acquired
+// and unexpired; an error wrapping ErrLockLost (and ErrNotHeld) when some had expired (they
+// are given back all the same, and Lost closes); ErrNotHeld on a second Release. Its
+// repeats and unknown outcomes are as for Semaphore.Release.
+func (p *Permits) Release(ctx context.Context) error {
+	if err := p.s.o.check(ctx); err != nil {
+		return err
+	}
+	if p.released.Swap(true) {
+		return fmt.Errorf("%w: %q: the permits were released already", ErrNotHeld, p.s.o.name)
+	}
+	if round := p.lease.Stop(); round != nil {
+		<-round // a renewal on its way lands before the release, never after
+	}
+	live, err := p.s.release(ctx, p.ids)
+	if err == nil && live >= 0 && live < len(p.ids) {
+		reason := fmt.Sprintf("%d of %d permits had expired", len(p.ids)-live, len(p.ids))
+		p.lease.Lose(reason)
+		err = fmt.Errorf("%w: %w: %q: %s", ErrLockLost, ErrNotHeld, p.s.o.name, reason)
+	}
+	return err
+}
+
+// TrySetPermits sets the number of available permits to n if the semaphore does not exist
+// yet, and reports whether it did. n must be in [0, 2³¹-1].
+func (s *PermitSemaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
+	if err := checkPermits("permits", n, 0); err != nil {
+		return false, err
+	}
+	msg, err := s.set(ctx, "try", n)
+	return err == nil && !msg.IsNil(), err
+}
+
+// SetPermits makes the number of permits n in all, available and acquired: the available
+// ones change by the difference. n must be in [0, 2³¹-1].
+func (s *PermitSemaphore) SetPermits(ctx context.Context, n int) error {
+	if err := checkPermits("permits", n, 0); err != nil {
+		return err
+	}
+	_, err := s.set(ctx, "set", n)
+	return err
+}
+
+// AddPermits adds n available permits, or takes -n away when n is negative. n must be in
+// [-2³¹+1, 2³¹-1].
+func (s *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
+	if n < -maxPermits || n > maxPermits {
+		return invalid("permits", "must be in [%d, %d], got %d", -maxPermits, maxPermits, n)
+	}
+	_, err := s.set(ctx, "add", n)
+	return err
+}
+
+func (s *PermitSemaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
+	o := &s.o
+	return o.request(ctx, func(latch, req string) script {
+		return script{lua.PermitSet, []string{o.name, s.timeouts, latch, s.channel},
+			[]string{mode, strconv.Itoa(n), nowMs(), req, unlockLatchMs, o.c.publishCmd}}
+	}, nil)
+}
+
+// Acquire takes n permits, waiting as long as ctx allows, with the lease of Lease or, by
+// default, kept by the watchdog. When ctx ends first it returns ctx.Err(). An error wrapping
+// ErrOutcomeUnknown means the permits may have been taken with no reply: the handle gives
+// them back before its next request. n must be in [1, 65536].
+func (s *PermitSemaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Permits, error) {
+	cfg, err := configure(ctx, &s.o, opts, LockOption.applyLock)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPermits("permits", n, 1); err != nil || n > maxPermitsPerCall {
+		return nil, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
+	}
+	return s.acquire(ctx, n, cfg.lease, -1)
+}
+
+// TryAcquire takes n permits if they are available, waiting up to WaitTime if given, and
+// returns nil Permits and a nil error when too few came in that time. Leases and errors are
+// as for Acquire.
+func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption) (*Permits, error) {
+	cfg, err := configure(ctx, &s.o, opts, TryLockOption.applyTry)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPermits("permits", n, 1); err != nil || n > maxPermitsPerCall {
+		return nil, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
+	}
+	return s.acquire(ctx, n, cfg.lease, cfg.wait)
+}
+
+func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (*Permits, error) {
+	c := s.o.c
+	ids := make([]string, n)
+	raw := make([]byte, 16*n)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("dsync: random permit IDs: %w", err)
+	}
+	for i := range ids {
+		ids[i] = hex.EncodeToString(raw[16*i : 16*(i+1)])
+	}
+	ttl := lease
+	if lease == 0 {
+		ttl = c.wdTimeout
+	}
+	var sent time.Time
+	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
+		sent = time.Now()
+		return s.attempt(ctx, ids, ttl)
+	})
+	var ok bool
+	var err error
+	if limit == 0 {
+		_, ok, err = a(ctx)
+	} else {
+		ok, err = c.acquire(ctx, wait{channel: s.channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true})
+		if !ok {
+			c.mux.Wake(s.channel) // the next waiter may be served where this one was not
+		}
+	}
+	if !ok {
+		return nil, err
+	}
+	p := &Permits{s: s, ids: ids, lease: c.wd.Start(c.permitKind, s.o.name, strings.Join(ids, ""), sent, ttl, lease == 0)}
+	if !p.Valid() {
+		p.lease.Lose("the lease ran out before the acquire returned")
+		return nil, fmt.Errorf("%w: %q: the permits' lease ran out before the acquire returned", ErrLockLost, s.o.name)
+	}
+	return p, nil
+}
+
+// attempt makes one acquisition of the permits ids with a lease of ttl. One that leaves
+// permits (or cannot tell) wakes the Client's next waiter; one that fails replies the ms
+// until the nearest lease ends (negative: none does).
+func (s *PermitSemaphore) attempt(ctx context.Context, ids []string, ttl time.Duration) (int64, bool, error) {
+	o := &s.o
+	msg, err := o.request(ctx, func(latch, req string) script {
+		now := time.Now().UnixMilli()
+		args := make([]string, 0, 6+len(ids))
+		args = append(args, strconv.FormatInt(now+ttl.Milliseconds(), 10), strconv.FormatInt(now, 10), req,
+			unlockLatchMs, "0", o.c.publishCmd)
+		return script{lua.PermitAcquire, []string{o.name, s.timeouts, latch, s.channel}, append(args, ids...)}
+	}, func(args []string) []string {
+		args[4] = "1" // repeated as a cancel: the caller was told the permits are not its
+		return args
+	})
+	if err != nil || msg.IsNil() {
+		return -1, false, err
+	}
+	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) == 1 {
+		ms, err := arr[0].AsInt64()
+		return ms, false, o.wrap(err)
+	}
+	left, err := msg.AsInt64()
+	if err != nil {
+		return -1, false, o.wrap(err)
+	}
+	if left != 0 {
+		o.c.mux.Wake(s.channel)
+	}
+	return -1, true, nil
+}
+
+// Release gives back the permits with the given IDs (32 hex characters each), acquired by
+// any handle or process: every one still acquired, expired or not. It returns an error
+// wrapping ErrNotHeld when some were not acquired or had expired. Its repeats and unknown
+// outcomes are as for Semaphore.Release. Permits taken by this Client are better released
+// with Permits.Release, which also stops their renewal.
+func (s *PermitSemaphore) Release(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 || len(ids) > maxPermitsPerCall {
+		return invalid("permit IDs", "must be 1 to %d, got %d", maxPermitsPerCall, len(ids))
+	}
+	for _, id := range ids {
+		if err := checkPermitID(id); err != nil {
+			return err
+		}
+	}
+	live, err := s.release(ctx, ids)
+	if err == nil && live >= 0 && live < len(ids) {
+		err = fmt.Errorf("%w: %q: %d of %d permits were not acquired or had expired", ErrNotHeld, s.o.name, len(ids)-live, len(ids))
+	}
+	return err
+}
+
+// release gives back the permits ids and returns how many were acquired and unexpired (-1:
+// not known, the reply of a repeat).
+func (s *PermitSemaphore) release(ctx context.Context, ids []string) (int, error) {
+	o := &s.o
+	if err := o.check(ctx); err != nil {
+		return 0, err
+	}
+	msg, err := o.request(context.WithoutCancel(ctx), func(latch, req string) script {
+		args := append(make([]string, 0, 4+len(ids)), nowMs(), req, unlockLatchMs, o.c.publishCmd)
+		return script{lua.PermitRelease, []string{o.name, s.timeouts, latch, s.channel}, append(args, ids...)}
+	}, nil)
+	if err != nil {
+		return 0, err
+	}
+	live, err := msg.AsInt64()
+	return int(live), o.wrap(err)
+}
+
+// checkPermitID validates a permit ID: 16 bytes in hex.
+func checkPermitID(id string) error {
+	if _, err := hex.DecodeString(id); err != nil || len(id) != 32 {
+		return invalid("permit ID", "must be 32 hex characters, got %q", id)
+	}
+	return nil
+}
+
+// UpdateLeaseTime gives the permit id a lease of lease from now, and reports whether it was
+// acquired (and unexpired). The permit's lease is then that, whatever it was: a permit kept
+// by the watchdog is still renewed by it. lease must be at least 1 ms.
+func (s *PermitSemaphore) UpdateLeaseTime(ctx context.Context, id string, lease time.Duration) (bool, error) {
+	if err := checkPermitID(id); err != nil {
+		return false, err
+	}
+	if lease < time.Millisecond {
+		return false, invalid("lease", "must be >= 1ms, got %v", lease)
+	}
+	expiry := strconv.FormatInt(time.Now().Add(lease).UnixMilli(), 10)
+	n, err := s.state(ctx, "update", id, expiry).AsInt64()
+	return n == 1, s.o.wrap(err)
+}
+
+// LeaseTime returns how long the permit id has before its lease ends, NoExpiry for a permit
+// acquired without a lease (by Redisson), or an error wrapping ErrNotHeld when it is not
+// acquired.
+func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Duration, error) {
+	if err := checkPermitID(id); err != nil {
+		return 0, err
+	}
+	msg := s.state(ctx, "lease", id)
+	if msg.IsNil() {
+		return 0, fmt.Errorf("%w: %q: permit %s is not acquired", ErrNotHeld, s.o.name, id)
+	}
+	ms, err := msg.AsInt64()
+	if err != nil {
+		return 0, s.o.wrap(err)
+	}
+	if ms < 0 {
+		return NoExpiry, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// AvailablePermits returns the number of permits available now, after giving back expired
+// ones.
+func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
+	n, err := s.state(ctx, "available").AsInt64()
+	return int(n), s.o.wrap(err)
+}
+
+// AcquiredPermits returns the number of permits acquired now, after giving back expired
+// ones.
+func (s *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
+	n, err := s.state(ctx, "acquired").AsInt64()
+	return int(n), s.o.wrap(err)
+}
+
+// Permits returns the number of permits in all, available and acquired (0 when the
+// semaphore does not exist), after giving back expired ones.
+func (s *PermitSemaphore) Permits(ctx context.Context) (int, error) {
+	n, err := s.state(ctx, "permits").AsInt64()
+	return int(n), s.o.wrap(err)
+}
+
+// state runs lua.PermitState in mode, repeated within the retry budget while its reply is
+// lost (it is safe to repeat). Its error is in the message.
+func (s *PermitSemaphore) state(ctx context.Context, mode string, args ...string) stateReply {
+	o := &s.o
+	if err := o.check(ctx); err != nil {
+		return stateReply{err: err}
+	}
+	msg, err := o.c.exec(ctx, lua.PermitState, []string{o.name, s.timeouts, s.channel},
+		append([]string{mode, nowMs(), o.c.publishCmd}, args...))
+	return stateReply{msg, err}
+}
+
+// stateReply is a reply and its error, read as one.
+type stateReply struct {
+	msg rueidis.RedisMessage
+	err error
+}
+
+func (r stateReply) IsNil() bool { return r.err == nil && r.msg.IsNil() }
+
+func (r stateReply) AsInt64() (int64, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	return r.msg.AsInt64()
+}

@@ -1,0 +1,302 @@
+package sync
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"slices"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// permitCounts reads available, acquired and all permits.
+func permitCounts(t *testing.T, ctx context.Context, s *PermitSemaphore) [3]int {
+	t.Helper()
+	a, err := s.AvailablePermits(ctx)
+	must(t, err)
+	q, err := s.AcquiredPermits(ctx)
+	must(t, err)
+	p, err := s.Permits(ctx)
+	must(t, err)
+	return [3]int{a, q, p}
+}
+
+// zsetIDs returns the acquired permits' IDs as the zset holds them, in hex.
+func zsetIDs(t *testing.T, ctx context.Context, rdb rueidis.Client, s *PermitSemaphore) []string {
+	t.Helper()
+	members, err := rdb.Do(ctx, rdb.B().Zrange().Key(s.timeouts).Min("0").Max("-1").Build()).AsStrSlice()
+	must(t, err)
+	var ids []string
+	for _, m := range members {
+		if len(m) != 16 {
+			t.Fatalf("zset member of %d bytes, want 16 raw bytes", len(m))
+		}
+		ids = append(ids, hex.EncodeToString([]byte(m)))
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func TestPermitSemaphoreAcquireRelease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		s := c.PermitSemaphore("permits-basics")
+		if ok, err := s.TrySetPermits(ctx, 3); !ok || err != nil {
+			t.Fatalf("TrySetPermits: %v, %v", ok, err)
+		}
+		p, err := s.Acquire(ctx, 2)
+		must(t, err)
+		ids := p.IDs()
+		for _, id := range ids {
+			if _, err := hex.DecodeString(id); err != nil || len(id) != 32 {
+				t.Fatalf("permit ID %q, want 32 hex characters", id)
+			}
+		}
+		slices.Sort(ids)
+		if got := zsetIDs(t, ctx, rdb, s); !slices.Equal(got, ids) {
+			t.Fatalf("zset holds %q, want %q", got, ids)
+		}
+		if got := permitCounts(t, ctx, s); got != [3]int{1, 2, 3} {
+			t.Fatalf("available, acquired, all: %v, want [1 2 3]", got)
+		}
+		if d, err := s.LeaseTime(ctx, ids[0]); err != nil || d <= DefaultWatchdogTimeout-time.Second || d > DefaultWatchdogTimeout {
+			t.Fatalf("LeaseTime of a watchdog-kept permit: %v, %v; want about %v", d, err, DefaultWatchdogTimeout)
+		}
+		if !p.Valid() {
+			t.Fatal("permits just acquired are not valid")
+		}
+		if q, err := s.TryAcquire(ctx, 2); q != nil || err != nil {
+			t.Fatalf("TryAcquire(2) of 1: %v, %v; want nil, nil", q, err)
+		}
+		must(t, p.Release(ctx))
+		if got := permitCounts(t, ctx, s); got != [3]int{3, 0, 3} {
+			t.Fatalf("after Release: %v, want [3 0 3]", got)
+		}
+		if err := p.Release(ctx); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("second Release: %v, want ErrNotHeld", err)
+		}
+		if p.Valid() || isClosed(p.Lost()) {
+			t.Fatal("released permits: valid, or Lost closed")
+		}
+		if _, err := s.LeaseTime(ctx, ids[0]); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("LeaseTime of a released permit: %v, want ErrNotHeld", err)
+		}
+		must(t, s.SetPermits(ctx, 5))
+		if got := permitCounts(t, ctx, s); got != [3]int{5, 0, 5} {
+			t.Fatalf("after SetPermits(5): %v", got)
+		}
+		must(t, s.AddPermits(ctx, -1))
+		if got := permitCounts(t, ctx, s); got != [3]int{4, 0, 4} {
+			t.Fatalf("after AddPermits(-1): %v", got)
+		}
+	})
+}
+
+// Permits whose holder never releases them come back when their lease ends, and a waiter
+// for them wakes then, with no message: at the nearest expiry the acquire script reported.
+func TestPermitSemaphoreExpiredPermitsComeBack(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		s := c.PermitSemaphore("permits-expire")
+		must(t, s.SetPermits(ctx, 2))
+		p, err := s.Acquire(ctx, 2, Lease(150*time.Millisecond))
+		must(t, err)
+		start := time.Now()
+		q, err := c.PermitSemaphore("permits-expire").TryAcquire(ctx, 2, WaitTime(5*time.Second))
+		must(t, err)
+		if q == nil {
+			t.Fatal("the waiter did not get the expired permits")
+		}
+		if waited := time.Since(start); waited > 2*time.Second {
+			t.Fatalf("the waiter took %v: it did not wake at the nearest expiry", waited)
+		}
+		eventually(t, 2*time.Second, "Lost closed after the lease ran out", func() bool { return isClosed(p.Lost()) })
+		if p.Valid() {
+			t.Fatal("permits past their lease are valid")
+		}
+		if err := p.Release(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Release of expired permits: %v, want ErrLockLost", err)
+		}
+		must(t, q.Release(ctx))
+		if got := permitCounts(t, ctx, s); got != [3]int{2, 0, 2} {
+			t.Fatalf("at the end: %v, want [2 0 2]", got)
+		}
+	})
+}
+
+// Without an explicit lease the watchdog renews permits while their Client lives; when it
+// closes (a crash, as far as Redis can tell) they come back a watchdog timeout later, and a
+// permit deleted behind the holder's back closes Lost.
+func TestPermitSemaphoreWatchdog(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name, timeout = "permits-watchdog", 300 * time.Millisecond
+		holder, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
+		other, _ := newClient(t, b.Addr)
+		s := holder.PermitSemaphore(name)
+		must(t, s.SetPermits(ctx, 2))
+		kept, err := s.Acquire(ctx, 1)
+		must(t, err)
+		doomed, err := s.Acquire(ctx, 1)
+		must(t, err)
+		first, _ := kept.Deadline()
+		eventually(t, 3*time.Second, "three renewals", func() bool {
+			d, ok := kept.Deadline()
+			return ok && d.Sub(first) >= 3*timeout/3
+		})
+		if got := permitCounts(t, ctx, s); got != [3]int{0, 2, 2} {
+			t.Fatalf("renewed permits: %v, want [0 2 2]", got)
+		}
+		raw, _ := hex.DecodeString(doomed.IDs()[0])
+		must(t, rdb.Do(ctx, rdb.B().Zrem().Key(s.timeouts).Member(string(raw)).Build()).Error())
+		eventually(t, 3*time.Second, "Lost closed for a permit deleted behind its back", func() bool {
+			return isClosed(doomed.Lost())
+		})
+		if isClosed(kept.Lost()) {
+			t.Fatal("the other acquisition's Lost closed too")
+		}
+		must(t, rdb.Do(ctx, rdb.B().Incr().Key(name).Build()).Error()) // the deleted permit, given back by hand
+
+		holder.Close() // renewals stop: the kept permit lapses within a watchdog timeout
+		q, err := other.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(5*time.Second))
+		must(t, err)
+		if q == nil {
+			t.Fatal("the kept permit did not come back after its Client closed")
+		}
+		must(t, q.Release(ctx))
+	})
+}
+
+// Permits in use never exceed the limit with 32 goroutines on 4 Clients, and every permit
+// comes back.
+func TestPermitSemaphoreNeverOverLimit(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name, limit, clients, workers, rounds = "permits-limit", 3, 4, 8, 6
+		var cs []*Client
+		for range clients {
+			c, _ := newClient(t, b.Addr)
+			cs = append(cs, c)
+		}
+		must(t, cs[0].PermitSemaphore(name).SetPermits(ctx, limit))
+		var inUse, peak atomic.Int64
+		var wg gosync.WaitGroup
+		errs := make(chan error, clients*workers)
+		for _, c := range cs {
+			s := c.PermitSemaphore(name)
+			for range workers {
+				wg.Go(func() {
+					for range rounds {
+						p, err := s.Acquire(ctx, 1, Lease(10*time.Second))
+						if err != nil {
+							errs <- err
+							return
+						}
+						now := inUse.Add(1)
+						for v := peak.Load(); now > v && !peak.CompareAndSwap(v, now); v = peak.Load() {
+						}
+						time.Sleep(200 * time.Microsecond) // the guarded work
+						inUse.Add(-1)
+						if err := p.Release(ctx); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if p := peak.Load(); p > limit {
+			t.Fatalf("%d permits in use at once, limit %d", p, limit)
+		}
+		if got := permitCounts(t, ctx, cs[0].PermitSemaphore(name)); got != [3]int{limit, 0, limit} {
+			t.Fatalf("at the end: %v, want [%d 0 %d]", got, limit, limit)
+		}
+	})
+}
+
+// Wire level: permits a Java process acquired the way Redisson's script does (raw ID in the
+// zset, the no-lease score) are counted, have no expiry, and can be released by ID here.
+func TestPermitSemaphoreWire(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "permits-wire"
+		c, rdb := newClient(t, b.Addr)
+		sub := rawSubscribe(t, ctx, rdb, "redisson_sc:{"+name+"}")
+		s := c.PermitSemaphore(name)
+		must(t, s.SetPermits(ctx, 2))
+		const javaID = "00112233445566778899aabbccddeeff"
+		raw, _ := hex.DecodeString(javaID)
+		must(t, rdb.Do(ctx, rdb.B().Decrby().Key(name).Decrement(1).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Zadd().Key("{"+name+"}:timeout").ScoreMember().ScoreMember(922337203685477, string(raw)).Build()).Error())
+		if got := permitCounts(t, ctx, s); got != [3]int{1, 1, 2} {
+			t.Fatalf("with a Java permit: %v, want [1 1 2]", got)
+		}
+		if d, err := s.LeaseTime(ctx, javaID); d != NoExpiry || err != nil {
+			t.Fatalf("LeaseTime of a no-lease permit: %v, %v; want NoExpiry", d, err)
+		}
+		if ok, err := s.UpdateLeaseTime(ctx, javaID, time.Minute); !ok || err != nil {
+			t.Fatalf("UpdateLeaseTime: %v, %v", ok, err)
+		}
+		score, err := rdb.Do(ctx, rdb.B().Zscore().Key(s.timeouts).Member(string(raw)).Build()).AsFloat64()
+		must(t, err)
+		if left := time.UnixMilli(int64(score)).Sub(time.Now()); left < 50*time.Second || left > time.Minute {
+			t.Fatalf("score after UpdateLeaseTime a minute: %v from now", left)
+		}
+		must(t, s.Release(ctx, javaID))
+		if err := s.Release(ctx, javaID); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("second release of an ID: %v, want ErrNotHeld", err)
+		}
+		if got := sub.published(t, ctx); !slices.Equal(got, []string{"2", "2"}) {
+			t.Fatalf("published %q, want [2 2] (SetPermits: the total; release: the new total)", got)
+		}
+		if got := permitCounts(t, ctx, s); got != [3]int{2, 0, 2} {
+			t.Fatalf("at the end: %v, want [2 0 2]", got)
+		}
+	})
+}
+
+func TestPermitSemaphoreBadInput(t *testing.T) {
+	t.Parallel()
+	b := redistest.Miniredis(t)
+	ctx := testCtx(t, 5*time.Second)
+	c, _ := newClient(t, b.Addr)
+	s := c.PermitSemaphore("permits-bad")
+	for name, err := range map[string]error{
+		"Acquire(0)":          func() error { _, err := s.Acquire(ctx, 0); return err }(),
+		"Acquire(65537)":      func() error { _, err := s.Acquire(ctx, 65537); return err }(),
+		"Acquire(Lease(0))":   func() error { _, err := s.Acquire(ctx, 1, Lease(0)); return err }(),
+		"TryAcquire(-wait)":   func() error { _, err := s.TryAcquire(ctx, 1, WaitTime(-1)); return err }(),
+		"Release()":           s.Release(ctx),
+		"Release(bad ID)":     s.Release(ctx, "xyz"),
+		"Release(short ID)":   s.Release(ctx, "0011"),
+		"UpdateLeaseTime(0)":  func() error { _, err := s.UpdateLeaseTime(ctx, "00112233445566778899aabbccddeeff", 0); return err }(),
+		"LeaseTime(bad ID)":   func() error { _, err := s.LeaseTime(ctx, "zz112233445566778899aabbccddeeff"); return err }(),
+		"SetPermits(-1)":      s.SetPermits(ctx, -1),
+		"TrySetPermits(2^31)": func() error { _, err := s.TrySetPermits(ctx, 1<<31); return err }(),
+		"empty name":          c.PermitSemaphore("").SetPermits(ctx, 1),
+	} {
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if n := dbsize(t, c.rdb); n != 0 {
+		t.Fatalf("bad input wrote %d keys", n)
+	}
+}

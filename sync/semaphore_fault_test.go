@@ -23,6 +23,13 @@ func warmCounters(t *testing.T, c *Client) {
 	_, err = l.TrySetCount(ctx, 1)
 	must(t, err)
 	must(t, l.CountDown(ctx))
+	ps := c.PermitSemaphore("warm-up:permits")
+	must(t, ps.SetPermits(ctx, 1))
+	p, err := ps.Acquire(ctx, 1)
+	must(t, err)
+	must(t, p.Release(ctx))
+	_, err = ps.AvailablePermits(ctx)
+	must(t, err)
 }
 
 // A request whose reply is lost is repeated, and acts once: a release gives its permits
@@ -51,11 +58,25 @@ func TestCountersLostReplyActsOnce(t *testing.T) {
 			t.Fatalf("after an acquire of 3 with its reply lost: %d permits (replies dropped: %d), want 4", n, proxy.Dropped())
 		}
 
+		ps := c.PermitSemaphore(name + ":permits")
+		must(t, ps.SetPermits(ctx, 3))
+		proxy.DropReplyAfter([]byte(name + ":permits"))
+		p, err := ps.Acquire(ctx, 2)
+		must(t, err)
+		if got := permitCounts(t, ctx, ps); got != [3]int{1, 2, 3} || proxy.Dropped() != 3 {
+			t.Fatalf("after an acquire of 2 permits with its reply lost: %v (replies dropped: %d), want [1 2 3]", got, proxy.Dropped())
+		}
+		proxy.DropReplyAfter([]byte(name + ":permits"))
+		must(t, p.Release(ctx))
+		if got := permitCounts(t, ctx, ps); got != [3]int{3, 0, 3} || proxy.Dropped() != 4 {
+			t.Fatalf("after their release with its reply lost: %v (replies dropped: %d), want [3 0 3]", got, proxy.Dropped())
+		}
+
 		l := c.CountDownLatch(name + ":latch")
 		must(t, func() error { _, err := l.TrySetCount(ctx, 3); return err }())
 		proxy.DropReplyAfter([]byte(name + ":latch"))
 		must(t, l.CountDown(ctx))
-		if n := count(t, ctx, l); n != 2 || proxy.Dropped() != 3 {
+		if n := count(t, ctx, l); n != 2 || proxy.Dropped() != 5 {
 			t.Fatalf("after a count-down with its reply lost: count %d (replies dropped: %d), want 2", n, proxy.Dropped())
 		}
 	})

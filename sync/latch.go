@@ -19,14 +19,21 @@ import (
 // one message; a latch set again before an awaiter saw it at zero keeps that awaiter waiting.
 // Counting down past zero changes nothing, as in Redisson.
 //
-// Every change a handle makes is safe to repeat: it is numbered on the handle's latch key,
+// A latch counts count-downs, not workers: a worker that dies before its CountDown keeps
+// every awaiter waiting. Bound Await with a context deadline, or count down for the worker
+// that replaces it.
+//
+// Every change a handle makes is safe to repeat: it is numbered on the handle's request key
+// (redisson_unlock_latch:{name}:<32 hex>, as a lock handle's; it expires 5 minutes after the
+// handle's last change, or goes when the handle is garbage-collected or its Client closed),
 // so a CountDown whose reply was lost is repeated within the retry budget without counting
 // down twice (Redisson never repeats one, so a lost reply leaves it unknown). A zero message
 // that never arrives (a Java process publishing with another pub/sub mode, a failover)
 // costs each awaiter at most the watchdog timeout, when it checks the count again by itself.
-// A handle is safe for concurrent use.
+// A handle is safe for concurrent use, and concurrent calls on it do not wait for each
+// other: share one per process.
 type CountDownLatch struct {
-	o       owner
+	p       pool
 	channel string
 }
 
@@ -34,29 +41,30 @@ type CountDownLatch struct {
 // makes no network call; an empty name is reported by the handle's methods.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	l := &CountDownLatch{channel: latchChannel(name)}
-	l.o.init(c, name, nil)
+	l.p.init(c, name)
 	return l
 }
 
 // Name returns the latch's name, which is its Redis key.
-func (l *CountDownLatch) Name() string { return l.o.name }
+func (l *CountDownLatch) Name() string { return l.p.name }
 
 // TrySetCount sets the count to n if the latch does not exist (its count is zero), and
 // reports whether it did. n must be at least 1.
-func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
+func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
 	if n < 1 {
 		return false, invalid("count", "must be >= 1, got %d", n)
 	}
-	msg, err := l.request(ctx, lua.LatchSet, strconv.FormatInt(n, 10))
+	msg, err := l.request(ctx, lua.LatchSet, strconv.Itoa(n))
 	return err == nil && !msg.IsNil(), err
 }
 
 // CountDown decrements the count, and at zero deletes the latch and wakes every awaiter.
-// Like a lock's Unlock it is repeated within the retry budget whatever ctx says; an error
+// Like a lock's Unlock it runs, and is repeated within the retry budget, even when ctx is
+// already cancelled (a deferred CountDown after the request ended still counts); an error
 // wrapping ErrOutcomeUnknown means it may or may not have counted, and the handle repeats it
 // before its next request (so do not call CountDown again for it).
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
-	if err := l.o.check(ctx); err != nil {
+	if err := l.p.check(ctx); err != nil {
 		return err
 	}
 	_, err := l.request(context.WithoutCancel(ctx), lua.LatchCountDown)
@@ -73,15 +81,15 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 
 // request runs one of the latch's scripts, numbered, with args before the request number.
 func (l *CountDownLatch) request(ctx context.Context, s *rueidis.Lua, args ...string) (rueidis.RedisMessage, error) {
-	o := &l.o
-	return o.request(ctx, func(latch, req string) script {
+	o := &l.p.owner
+	return l.p.request(ctx, func(latch, req string) script {
 		return script{s, []string{o.name, latch, l.channel}, append(args, req, unlockLatchMs, o.c.publishCmd)}
 	}, nil)
 }
 
 // Count returns the count now: 0 when the latch does not exist.
-func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
-	o := &l.o
+func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
+	o := &l.p.owner
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
@@ -89,8 +97,8 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 }
 
 // count reads the count, repeating the read within the retry budget while its reply is lost.
-func (l *CountDownLatch) count(ctx context.Context) (int64, error) {
-	o := &l.o
+func (l *CountDownLatch) count(ctx context.Context) (int, error) {
+	o := &l.p.owner
 	msg, err := o.c.retry(ctx, func(ctx context.Context) rueidis.RedisResult {
 		return o.c.rdb.Do(ctx, o.c.rdb.B().Get().Key(o.name).Build())
 	})
@@ -98,14 +106,14 @@ func (l *CountDownLatch) count(ctx context.Context) (int64, error) {
 		return 0, o.wrap(err)
 	}
 	n, err := msg.AsInt64()
-	return max(n, 0), o.wrap(err)
+	return int(max(n, 0)), o.wrap(err)
 }
 
 // Await waits until the count is zero, as long as ctx allows; it returns nil at once if it
 // is zero already, and ctx.Err() if ctx ends first. A zero message wakes every awaiter
 // without a further request.
 func (l *CountDownLatch) Await(ctx context.Context) error {
-	o := &l.o
+	o := &l.p.owner
 	if err := o.check(ctx); err != nil {
 		return err
 	}

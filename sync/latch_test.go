@@ -9,7 +9,7 @@ import (
 	"github.com/latchkey/latchkey/internal/redistest"
 )
 
-func count(t *testing.T, ctx context.Context, l *CountDownLatch) int64 {
+func count(t *testing.T, ctx context.Context, l *CountDownLatch) int {
 	t.Helper()
 	n, err := l.Count(ctx)
 	must(t, err)
@@ -42,7 +42,7 @@ func TestLatchAwaitReturnsOnZeroForEveryAwaiter(t *testing.T) {
 		}
 		for i, c := range cs {
 			must(t, c.CountDownLatch(name).CountDown(ctx))
-			if want := int64(2 - i); count(t, ctx, cs[0].CountDownLatch(name)) != want {
+			if want := 2 - i; count(t, ctx, cs[0].CountDownLatch(name)) != want {
 				t.Fatalf("count after %d count-downs: want %d", i+1, want)
 			}
 			if i < 2 && len(done) > 0 {

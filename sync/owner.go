@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	gosync "sync"
 	"sync/atomic"
 	"time"
 
@@ -178,6 +179,40 @@ func (o *owner) request(ctx context.Context, req func(latch, n string) script, c
 		u.args = cancel(slices.Clone(u.args))
 	}
 	return msg, err
+}
+
+// A pool is the owners of a handle that holds nothing (a semaphore, a countdown latch),
+// whose calls share no state: each request takes an idle owner, so that concurrent calls on
+// one handle need not wait for each other's round trips, as the requests numbered on one
+// owner's latch must. The first owner names the handle and checks its calls.
+type pool struct {
+	owner
+	mu   gosync.Mutex
+	idle []*owner // last in, first out
+}
+
+func (p *pool) init(c *Client, name string) {
+	p.owner.init(c, name, nil)
+	p.idle = []*owner{&p.owner}
+}
+
+// request is owner.request on an idle owner. An owner whose request's outcome stays unknown
+// goes back last, so that the handle's next request takes it, and settles it first.
+func (p *pool) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
+	p.mu.Lock()
+	var o *owner
+	if n := len(p.idle); n > 0 {
+		o, p.idle = p.idle[n-1], p.idle[:n-1]
+	} else {
+		o = &owner{c: p.c, name: p.name, id: p.id, err: p.err, op: make(chan struct{}, 1)}
+	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.idle = append(p.idle, o)
+		p.mu.Unlock()
+	}()
+	return o.request(ctx, req, cancel)
 }
 
 // settle repeats a request whose outcome is unknown (retried within the budget and ctx) and

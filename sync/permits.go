@@ -33,7 +33,7 @@ import (
 // process's wall clock, as Redisson's do: processes sharing one must keep their clocks in
 // sync. A handle is safe for concurrent use.
 type PermitSemaphore struct {
-	o        owner
+	p        pool
 	channel  string // redisson_sc:{name}
 	timeouts string // {name}:timeout, the acquired permits
 }
@@ -42,12 +42,12 @@ type PermitSemaphore struct {
 // key). It makes no network call; an empty name is reported by the handle's methods.
 func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
 	s := &PermitSemaphore{channel: prefixName(semaphoreChannelPrefix, name), timeouts: suffixName(name, "timeout")}
-	s.o.init(c, name, nil)
+	s.p.init(c, name)
 	return s
 }
 
 // Name returns the semaphore's name, which is its Redis key.
-func (s *PermitSemaphore) Name() string { return s.o.name }
+func (s *PermitSemaphore) Name() string { return s.p.name }
 
 // maxPermitsPerCall is the most permits one acquisition may take: each is an argument of the
 // script and a member of the zset.
@@ -86,11 +86,11 @@ func (p *Permits) Deadline() (time.Time, bool) { return p.lease.Deadline() }
 // are given back all the same, and Lost closes); ErrNotHeld on a second Release. Its
 // repeats and unknown outcomes are as for Semaphore.Release.
 func (p *Permits) Release(ctx context.Context) error {
-	if err := p.s.o.check(ctx); err != nil {
+	if err := p.s.p.check(ctx); err != nil {
 		return err
 	}
 	if p.released.Swap(true) {
-		return fmt.Errorf("%w: %q: the permits were released already", ErrNotHeld, p.s.o.name)
+		return fmt.Errorf("%w: %q: the permits were released already", ErrNotHeld, p.s.p.name)
 	}
 	if round := p.lease.Stop(); round != nil {
 		<-round // a renewal on its way lands before the release, never after
@@ -99,7 +99,7 @@ func (p *Permits) Release(ctx context.Context) error {
 	if err == nil && live >= 0 && live < len(p.ids) {
 		reason := fmt.Sprintf("%d of %d permits had expired", len(p.ids)-live, len(p.ids))
 		p.lease.Lose(reason)
-		err = fmt.Errorf("%w: %w: %q: %s", ErrLockLost, ErrNotHeld, p.s.o.name, reason)
+		err = fmt.Errorf("%w: %w: %q: %s", ErrLockLost, ErrNotHeld, p.s.p.name, reason)
 	}
 	return err
 }
@@ -135,8 +135,8 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
 }
 
 func (s *PermitSemaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
-	o := &s.o
-	return o.request(ctx, func(latch, req string) script {
+	o := &s.p.owner
+	return s.p.request(ctx, func(latch, req string) script {
 		return script{lua.PermitSet, []string{o.name, s.timeouts, latch, s.channel},
 			[]string{mode, strconv.Itoa(n), nowMs(), req, unlockLatchMs, o.c.publishCmd}}
 	}, nil)
@@ -147,7 +147,7 @@ func (s *PermitSemaphore) set(ctx context.Context, mode string, n int) (rueidis.
 // ErrOutcomeUnknown means the permits may have been taken with no reply: the handle gives
 // them back before its next request. n must be in [1, 65536].
 func (s *PermitSemaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Permits, error) {
-	cfg, err := configure(ctx, &s.o, opts, LockOption.applyLock)
+	cfg, err := configure(ctx, &s.p.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (s *PermitSemaphore) Acquire(ctx context.Context, n int, opts ...LockOption
 // returns nil Permits and a nil error when too few came in that time. Leases and errors are
 // as for Acquire.
 func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption) (*Permits, error) {
-	cfg, err := configure(ctx, &s.o, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &s.p.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLock
 }
 
 func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (*Permits, error) {
-	c := s.o.c
+	c := s.p.c
 	ids := make([]string, n)
 	raw := make([]byte, 16*n)
 	if _, err := rand.Read(raw); err != nil {
@@ -203,10 +203,10 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 	if !ok {
 		return nil, err
 	}
-	p := &Permits{s: s, ids: ids, lease: c.wd.Start(c.permitKind, s.o.name, strings.Join(ids, ""), sent, ttl, lease == 0)}
+	p := &Permits{s: s, ids: ids, lease: c.wd.Start(c.permitKind, s.p.name, strings.Join(ids, ""), sent, ttl, lease == 0)}
 	if !p.Valid() {
 		p.lease.Lose("the lease ran out before the acquire returned")
-		return nil, fmt.Errorf("%w: %q: the permits' lease ran out before the acquire returned", ErrLockLost, s.o.name)
+		return nil, fmt.Errorf("%w: %q: the permits' lease ran out before the acquire returned", ErrLockLost, s.p.name)
 	}
 	return p, nil
 }
@@ -215,8 +215,8 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 // permits (or cannot tell) wakes the Client's next waiter; one that fails replies the ms
 // until the nearest lease ends (negative: none does).
 func (s *PermitSemaphore) attempt(ctx context.Context, ids []string, ttl time.Duration) (int64, bool, error) {
-	o := &s.o
-	msg, err := o.request(ctx, func(latch, req string) script {
+	o := &s.p.owner
+	msg, err := s.p.request(ctx, func(latch, req string) script {
 		now := time.Now().UnixMilli()
 		args := make([]string, 0, 6+len(ids))
 		args = append(args, strconv.FormatInt(now+ttl.Milliseconds(), 10), strconv.FormatInt(now, 10), req,
@@ -259,7 +259,7 @@ func (s *PermitSemaphore) Release(ctx context.Context, ids ...string) error {
 	}
 	live, err := s.release(ctx, ids)
 	if err == nil && live >= 0 && live < len(ids) {
-		err = fmt.Errorf("%w: %q: %d of %d permits were not acquired or had expired", ErrNotHeld, s.o.name, len(ids)-live, len(ids))
+		err = fmt.Errorf("%w: %q: %d of %d permits were not acquired or had expired", ErrNotHeld, s.p.name, len(ids)-live, len(ids))
 	}
 	return err
 }
@@ -267,11 +267,11 @@ func (s *PermitSemaphore) Release(ctx context.Context, ids ...string) error {
 // release gives back the permits ids and returns how many were acquired and unexpired (-1:
 // not known, the reply of a repeat).
 func (s *PermitSemaphore) release(ctx context.Context, ids []string) (int, error) {
-	o := &s.o
+	o := &s.p.owner
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
-	msg, err := o.request(context.WithoutCancel(ctx), func(latch, req string) script {
+	msg, err := s.p.request(context.WithoutCancel(ctx), func(latch, req string) script {
 		args := append(make([]string, 0, 4+len(ids)), nowMs(), req, unlockLatchMs, o.c.publishCmd)
 		return script{lua.PermitRelease, []string{o.name, s.timeouts, latch, s.channel}, append(args, ids...)}
 	}, nil)
@@ -302,7 +302,7 @@ func (s *PermitSemaphore) UpdateLeaseTime(ctx context.Context, id string, lease 
 	}
 	expiry := strconv.FormatInt(time.Now().Add(lease).UnixMilli(), 10)
 	n, err := s.state(ctx, "update", id, expiry).AsInt64()
-	return n == 1, s.o.wrap(err)
+	return n == 1, s.p.wrap(err)
 }
 
 // LeaseTime returns how long the permit id has before its lease ends, NoExpiry for a permit
@@ -314,11 +314,11 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 	}
 	msg := s.state(ctx, "lease", id)
 	if msg.IsNil() {
-		return 0, fmt.Errorf("%w: %q: permit %s is not acquired", ErrNotHeld, s.o.name, id)
+		return 0, fmt.Errorf("%w: %q: permit %s is not acquired", ErrNotHeld, s.p.name, id)
 	}
 	ms, err := msg.AsInt64()
 	if err != nil {
-		return 0, s.o.wrap(err)
+		return 0, s.p.wrap(err)
 	}
 	if ms < 0 {
 		return NoExpiry, nil
@@ -330,27 +330,27 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 // ones.
 func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
 	n, err := s.state(ctx, "available").AsInt64()
-	return int(n), s.o.wrap(err)
+	return int(n), s.p.wrap(err)
 }
 
 // AcquiredPermits returns the number of permits acquired now, after giving back expired
 // ones.
 func (s *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
 	n, err := s.state(ctx, "acquired").AsInt64()
-	return int(n), s.o.wrap(err)
+	return int(n), s.p.wrap(err)
 }
 
 // Permits returns the number of permits in all, available and acquired (0 when the
 // semaphore does not exist), after giving back expired ones.
 func (s *PermitSemaphore) Permits(ctx context.Context) (int, error) {
 	n, err := s.state(ctx, "permits").AsInt64()
-	return int(n), s.o.wrap(err)
+	return int(n), s.p.wrap(err)
 }
 
 // state runs lua.PermitState in mode, repeated within the retry budget while its reply is
 // lost (it is safe to repeat). Its error is in the message.
 func (s *PermitSemaphore) state(ctx context.Context, mode string, args ...string) stateReply {
-	o := &s.o
+	o := &s.p.owner
 	if err := o.check(ctx); err != nil {
 		return stateReply{err: err}
 	}

@@ -256,7 +256,7 @@ func TestPermitSemaphoreWire(t *testing.T) {
 		}
 		score, err := rdb.Do(ctx, rdb.B().Zscore().Key(s.timeouts).Member(string(raw)).Build()).AsFloat64()
 		must(t, err)
-		if left := time.UnixMilli(int64(score)).Sub(time.Now()); left < 50*time.Second || left > time.Minute {
+		if left := time.Until(time.UnixMilli(int64(score))); left < 50*time.Second || left > time.Minute {
 			t.Fatalf("score after UpdateLeaseTime a minute: %v from now", left)
 		}
 		must(t, s.Release(ctx, javaID))

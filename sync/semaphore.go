@@ -22,11 +22,14 @@ import (
 // PermitSemaphore when holders may crash. A missing key is a semaphore with no permits:
 // set them first (TrySetPermits, SetPermits).
 //
-// Every change a handle makes is safe to repeat: it is numbered on the handle's latch, so a
-// request whose reply was lost is repeated within the retry budget without taking or giving
-// permits twice (Redisson's retries may). An Acquire whose outcome stays unknown returns an
-// error wrapping ErrOutcomeUnknown, and is cancelled before the handle's next request: the
-// permits it took, if it took any, are given back then.
+// Every change a handle makes is safe to repeat: it is numbered on a request key of the
+// handle's (redisson_unlock_latch:{name}:<32 hex>, as a lock handle's; one per concurrent
+// call, expiring 5 minutes after its last change, or deleted when the handle is
+// garbage-collected or its Client closed), so a request whose reply was lost is repeated
+// within the retry budget without taking or giving permits twice (Redisson's retries may).
+// An Acquire whose outcome stays unknown returns an error wrapping ErrOutcomeUnknown, and is
+// cancelled before the handle's next request: the permits it took, if it took any, are
+// given back then.
 //
 // Who gets permits: within a Client, waiters of one semaphore are served in arrival order.
 // Only the longest-waiting one attempts; when it gets its permits and some are left, the next
@@ -36,12 +39,13 @@ import (
 // release wakes the longest-waiting waiter of every Client, and they race for the permits,
 // as Redisson's waiters do.
 //
-// A handle is safe for concurrent use; its requests go to Redis one at a time. A release
+// A handle is safe for concurrent use, and concurrent calls on it do not wait for each
+// other: share one per process (or per Client) rather than making one per call. A release
 // message that never arrives (a Java process publishing with another pub/sub mode, a
 // failover) costs each waiter at most the watchdog timeout, when it checks again by itself:
 // that re-check is the only cost of waiting, one script per waiter per watchdog timeout.
 type Semaphore struct {
-	o       owner
+	p       pool
 	channel string // redisson_sc:{name}
 }
 
@@ -49,12 +53,12 @@ type Semaphore struct {
 // network call; an empty name is reported by the handle's methods.
 func (c *Client) Semaphore(name string) *Semaphore {
 	s := &Semaphore{channel: prefixName(semaphoreChannelPrefix, name)}
-	s.o.init(c, name, nil)
+	s.p.init(c, name)
 	return s
 }
 
 // Name returns the semaphore's name, which is its Redis key.
-func (s *Semaphore) Name() string { return s.o.name }
+func (s *Semaphore) Name() string { return s.p.name }
 
 // maxPermits is the most permits one call may name: Redisson counts them in a Java int.
 const maxPermits = math.MaxInt32
@@ -97,14 +101,14 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	}
 	n, err := msg.AsInt64()
 	if err == nil && n < 0 {
-		err = fmt.Errorf("%w: %q: the permits were drained, but the reply that counted them was lost", ErrOutcomeUnknown, s.o.name)
+		err = fmt.Errorf("%w: %q: the permits were drained, but the reply that counted them was lost", ErrOutcomeUnknown, s.p.name)
 	}
 	return int(max(n, 0)), err
 }
 
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
-	o := &s.o
-	return o.request(ctx, func(latch, req string) script {
+	o := &s.p.owner
+	return s.p.request(ctx, func(latch, req string) script {
 		return script{lua.SemSet, []string{o.name, latch, s.channel},
 			[]string{mode, strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
 	}, nil)
@@ -122,7 +126,8 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 
 // Release gives n permits back and wakes waiters. When it returns nil the permits were
 // given back exactly once, even if a reply was lost and the request repeated. Like a lock's
-// Unlock, it is repeated within the retry budget whatever ctx says; if the outcome stays
+// Unlock it runs, and is repeated within the retry budget, even when ctx is already
+// cancelled (a deferred Release after the request ended still releases); if the outcome stays
 // unknown (an error wrapping ErrOutcomeUnknown) the handle repeats it before its next
 // request, so do not call Release again for those permits. n must be in [1, 2³¹-1].
 func (s *Semaphore) Release(ctx context.Context, n int) error {
@@ -133,11 +138,11 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) add(ctx context.Context, n int) error {
-	o := &s.o
+	o := &s.p.owner
 	if err := o.check(ctx); err != nil {
 		return err
 	}
-	_, err := o.request(context.WithoutCancel(ctx), func(latch, req string) script {
+	_, err := s.p.request(context.WithoutCancel(ctx), func(latch, req string) script {
 		return script{lua.SemRelease, []string{o.name, latch, s.channel},
 			[]string{strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
 	}, nil)
@@ -147,7 +152,7 @@ func (s *Semaphore) add(ctx context.Context, n int) error {
 // AvailablePermits returns the number of permits available now (0 when the semaphore does
 // not exist; negative after AddPermits took more than there were).
 func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
-	o := &s.o
+	o := &s.p.owner
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
@@ -163,7 +168,7 @@ func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 // may have been taken with no reply: the handle gives them back before its next request.
 // n must be in [1, 2³¹-1].
 func (s *Semaphore) Acquire(ctx context.Context, n int) error {
-	if err := s.o.check(ctx); err != nil {
+	if err := s.p.check(ctx); err != nil {
 		return err
 	}
 	if err := checkPermits("permits", n, 1); err != nil {
@@ -178,7 +183,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 // Errors are as for Acquire. Lease is refused: a Semaphore's permits have none
 // (PermitSemaphore's do).
 func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption) (bool, error) {
-	cfg, err := configure(ctx, &s.o, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &s.p.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return false, err
 	}
@@ -196,7 +201,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption
 func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload), 1) }
 
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
-	c := s.o.c
+	c := s.p.c
 	ns := strconv.Itoa(n)
 	a := attemptFunc(func(ctx context.Context) (int64, bool, error) { return s.attempt(ctx, ns) })
 	if limit == 0 {
@@ -215,8 +220,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bo
 // attempt makes one acquisition of n permits. One that leaves permits (or cannot tell) wakes
 // the Client's next waiter: its turn.
 func (s *Semaphore) attempt(ctx context.Context, n string) (int64, bool, error) {
-	o := &s.o
-	msg, err := o.request(ctx, func(latch, req string) script {
+	o := &s.p.owner
+	msg, err := s.p.request(ctx, func(latch, req string) script {
 		return script{lua.SemAcquire, []string{o.name, latch, s.channel},
 			[]string{n, req, unlockLatchMs, "0", o.c.publishCmd}}
 	}, func(args []string) []string {

@@ -102,9 +102,9 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 		if n := available(t, ctx, s); n != 2 || proxy.Dropped() != 1 {
 			t.Fatalf("%d permits after the unknown acquire (dropped %d), want 2: its first run took 3", n, proxy.Dropped())
 		}
-		must(t, s.o.lock(ctx))
-		u := s.o.unsettled
-		s.o.unlock()
+		must(t, s.p.lock(ctx))
+		u := s.p.unsettled
+		s.p.unlock()
 		if u == nil || u.args[3] != "1" {
 			t.Fatalf("the unknown acquire is not kept to be cancelled: %+v", u)
 		}

@@ -6,16 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/embedredis"
 	"github.com/redis/rueidis"
 )
 
-const demoSummary = "show on an embedded Redis why a distributed lock is needed and how it behaves"
+const demoSummary = "show on an embedded Redis why locks, semaphores and latches are needed and how they behave"
 
-// demoConfig holds the demo's knobs. The command line sets the stock scenario; the timings
-// are fields so the test can run the whole demo in about a second.
+// demoConfig holds the demos' knobs. The command line sets each demo's scenario; the timings
+// are fields so the tests can run every demo in about a second.
 type demoConfig struct {
 	instances int // service instances: one rueidis client and one dsync.Client each
 	buyers    int // concurrent buyers (goroutines) per instance
@@ -35,6 +36,17 @@ type demoConfig struct {
 	// different points of its renewal cycle rather than always just before a renewal.
 	leaseSamples int
 
+	// The gate demo: callers per instance, each making one call to a downstream that takes
+	// callTime and must never see more than permits calls at once.
+	callers  int
+	permits  int
+	callTime time.Duration
+
+	// The jobs demo: workers spread over the instances; worker i works i*workStep, so they
+	// finish one by one and the timeline reads in order.
+	workers  int
+	workStep time.Duration
+
 	stepTimeout time.Duration // bounds each section, so a bug hangs nothing for long
 }
 
@@ -49,21 +61,116 @@ func defaultDemoConfig() demoConfig {
 		leaseTimeout: 600 * time.Millisecond,
 		leaseHold:    2 * time.Second,
 		leaseSamples: 6,
+		callers:      25,
+		permits:      5,
+		callTime:     5 * time.Millisecond,
+		workers:      10,
+		workStep:     20 * time.Millisecond,
 		stepTimeout:  time.Minute,
 	}
 }
 
-// demoCommand is "latchkey demo [flags]".
-func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := defaultDemoConfig()
-	fs := flag.NewFlagSet("latchkey demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// demoSpec is one demo "latchkey demo <name>" runs: its defaults, its flags, the check of
+// its settings (a message for a bad one, "" if they are fine) and the demo itself.
+type demoSpec struct {
+	name    string
+	summary string
+	config  func() demoConfig
+	flags   func(fs *flag.FlagSet, cfg *demoConfig)
+	check   func(cfg demoConfig) string
+	run     func(ctx context.Context, w io.Writer, cfg demoConfig) error
+}
+
+// demos lists the demos in the order usage shows them; the first is the one "latchkey demo"
+// runs when given no name.
+func demos() []demoSpec {
+	return []demoSpec{
+		{name: "lock", summary: "the oversell race without and with a lock, a pub/sub wake-up, the watchdog",
+			config: defaultDemoConfig, flags: lockFlags, check: checkLock, run: runDemo},
+		{name: "gate", summary: "a Semaphore caps the calls in flight to a downstream service across instances",
+			config: defaultGateConfig, flags: gateFlags, check: checkGate, run: runGateDemo},
+		{name: "jobs", summary: "a CountDownLatch holds a coordinator until every job is done, a crashed worker's too",
+			config: defaultJobsConfig, flags: jobsFlags, check: checkJobs, run: runJobsDemo},
+	}
+}
+
+func lookupDemo(name string) (demoSpec, bool) {
+	for _, s := range demos() {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return demoSpec{}, false
+}
+
+func lockFlags(fs *flag.FlagSet, cfg *demoConfig) {
 	fs.IntVar(&cfg.instances, "instances", cfg.instances, "service instances, each with its own Redis connection and dsync.Client")
 	fs.IntVar(&cfg.buyers, "buyers-per-instance", cfg.buyers, "concurrent buyers (goroutines) per instance")
 	fs.IntVar(&cfg.stock, "stock", cfg.stock, "items in stock when the sale opens")
+}
+
+func checkLock(cfg demoConfig) string {
+	switch {
+	case cfg.instances < 1:
+		return fmt.Sprintf("-instances must be at least 1, got %d", cfg.instances)
+	case cfg.buyers < 1:
+		return fmt.Sprintf("-buyers-per-instance must be at least 1, got %d", cfg.buyers)
+	case cfg.stock < 0:
+		return fmt.Sprintf("-stock must not be negative, got %d", cfg.stock)
+	}
+	return ""
+}
+
+// newDemoFlags returns the flag set of demo s, its flags bound to cfg. Its usage is that of
+// s alone; "latchkey demo -h", with no name, shows every demo's (demoUsage).
+func newDemoFlags(s demoSpec, cfg *demoConfig, output io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("latchkey demo "+s.name, flag.ContinueOnError)
+	fs.SetOutput(output)
+	s.flags(fs, cfg)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: latchkey demo [flags]\n\n%s.\nIt needs no Redis server: it starts an embedded one.\n\nflags:\n", demoSummary)
+		fmt.Fprintf(fs.Output(), "usage: latchkey demo %s [flags]\n\n%s.\nIt needs no Redis server: it starts an embedded one.\n\nflags:\n",
+			s.name, s.summary)
 		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// demoUsage is the usage of "latchkey demo": the demos and each one's flags.
+func demoUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: latchkey demo [name] [flags]\n\n%s.\nIt needs no Redis server: it starts an embedded one.\n\ndemos:\n", demoSummary)
+	all := demos()
+	for i, s := range all {
+		summary := s.summary
+		if i == 0 {
+			summary += " (the default)"
+		}
+		fmt.Fprintf(w, "  %-5s %s\n", s.name, summary)
+	}
+	for _, s := range all {
+		cfg := s.config()
+		fs := newDemoFlags(s, &cfg, w)
+		fmt.Fprintf(w, "\nflags of \"latchkey demo %s\":\n", s.name)
+		fs.PrintDefaults()
+	}
+}
+
+// demoCommand is "latchkey demo [name] [flags]".
+func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	all := demos()
+	s, named := all[0], false
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		var ok bool
+		if s, ok = lookupDemo(args[0]); !ok {
+			fmt.Fprintf(stderr, "latchkey demo: unknown demo %q\n\n", args[0])
+			demoUsage(stderr)
+			return errUsage
+		}
+		named, args = true, args[1:]
+	}
+	cfg := s.config()
+	fs := newDemoFlags(s, &cfg, stderr)
+	if !named {
+		fs.Usage = func() { demoUsage(fs.Output()) }
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -75,31 +182,50 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	switch {
 	case fs.NArg() > 0:
 		bad = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
-	case cfg.instances < 1:
-		bad = fmt.Sprintf("-instances must be at least 1, got %d", cfg.instances)
-	case cfg.buyers < 1:
-		bad = fmt.Sprintf("-buyers-per-instance must be at least 1, got %d", cfg.buyers)
-	case cfg.stock < 0:
-		bad = fmt.Sprintf("-stock must not be negative, got %d", cfg.stock)
+		if _, ok := lookupDemo(fs.Arg(0)); ok {
+			bad += " (a demo's name goes before its flags)"
+		}
+	default:
+		bad = s.check(cfg)
 	}
 	if bad != "" {
 		fmt.Fprintf(stderr, "latchkey demo: %s\n", bad)
 		fs.Usage()
 		return errUsage
 	}
-	return runDemo(ctx, stdout, cfg)
+	return s.run(ctx, stdout, cfg)
 }
 
-// demo is one run of the demo: where it prints, its settings and its server.
+// demo is one run of a demo: where it prints, its settings and its server.
 type demo struct {
 	w    io.Writer
 	cfg  demoConfig
 	addr string
 }
 
-// runDemo starts an embedded Redis, runs the four sections against it and returns an error
-// naming the first invariant that did not hold.
+// section is one numbered part of a demo.
+type section struct {
+	title string
+	run   func(context.Context) error
+}
+
+// runDemo starts an embedded Redis, runs the lock demo's four sections against it and
+// returns an error naming the first invariant that did not hold.
 func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) error {
+	return runSections(ctx, w, cfg, func(d *demo) []section {
+		return []section{
+			{"Stock sale WITHOUT a lock", d.saleWithoutLock},
+			{"Stock sale WITH a lock", d.saleWithLock},
+			{"A waiter woken by pub/sub", d.wake},
+			{"A lease kept by the watchdog", d.watchdog},
+		}
+	})
+}
+
+// runSections starts an embedded Redis, runs the sections sections returns one after the
+// other, each within cfg.stepTimeout, and returns an error naming the first invariant that
+// did not hold.
+func runSections(ctx context.Context, w io.Writer, cfg demoConfig, sections func(*demo) []section) error {
 	srv, err := embedredis.Start()
 	if err != nil {
 		return err
@@ -108,18 +234,10 @@ func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) error {
 	d := &demo{w: w, cfg: cfg, addr: srv.Addr()}
 	d.printf("Embedded Redis (miniredis, clock in real time) on %s.\n", d.addr)
 
-	sections := []struct {
-		title string
-		run   func(context.Context) error
-	}{
-		{"Stock sale WITHOUT a lock", d.saleWithoutLock},
-		{"Stock sale WITH a lock", d.saleWithLock},
-		{"A waiter woken by pub/sub", d.wake},
-		{"A lease kept by the watchdog", d.watchdog},
-	}
+	all := sections(d)
 	start := time.Now()
-	for i, s := range sections {
-		d.printf("\n== %d/%d %s ==\n", i+1, len(sections), s.title)
+	for i, s := range all {
+		d.printf("\n== %d/%d %s ==\n", i+1, len(all), s.title)
 		sctx, cancel := context.WithTimeout(ctx, cfg.stepTimeout)
 		err := s.run(sctx)
 		cancel()

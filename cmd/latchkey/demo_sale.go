@@ -82,51 +82,80 @@ func (d *demo) report(r saleResult) {
 		r.sold, r.left, r.oversold(d.cfg.stock), r.elapsed.Round(time.Millisecond))
 }
 
-// sale sets the stock, lets every buyer of every instance run buy at once, and counts the
-// sales.
-func (d *demo) sale(ctx context.Context, buy buyFunc) (saleResult, error) {
-	insts := make([]instance, 0, d.cfg.instances)
-	defer func() {
-		// dsync Clients first: they use the rueidis clients until they are closed.
+// openInstances opens n service instances on the embedded server. closeAll closes them,
+// each dsync Client before the rueidis client it uses.
+func (d *demo) openInstances(n int) (insts []instance, closeAll func(), err error) {
+	closeAll = func() {
 		for _, in := range insts {
 			_ = in.dc.Close()
 			in.rdb.Close()
 		}
-	}()
-	for range d.cfg.instances {
+	}
+	for range n {
 		rdb, err := d.connect()
 		if err != nil {
-			return saleResult{}, err
+			closeAll()
+			return nil, nil, err
 		}
 		dc, err := dsync.New(rdb)
 		if err != nil {
 			rdb.Close()
-			return saleResult{}, err
+			closeAll()
+			return nil, nil, err
 		}
 		insts = append(insts, instance{rdb: rdb, dc: dc})
 	}
+	return insts, closeAll, nil
+}
+
+// sale sets the stock, lets every buyer of every instance run buy at once, and counts the
+// sales.
+func (d *demo) sale(ctx context.Context, buy buyFunc) (saleResult, error) {
+	insts, closeAll, err := d.openInstances(d.cfg.instances)
+	if err != nil {
+		return saleResult{}, err
+	}
+	defer closeAll()
 	rdb := insts[0].rdb
 	if err := rdb.Do(ctx, rdb.B().Set().Key(stockKey).Value(strconv.Itoa(d.cfg.stock)).Build()).Error(); err != nil {
 		return saleResult{}, err
 	}
 
-	// One failed buyer fails the sale; the others need not wait their turn for nothing.
+	var sold atomic.Int64
+	elapsed, err := together(ctx, insts, d.cfg.buyers, func(ctx context.Context, in instance) error {
+		ok, err := buy(ctx, in, d.cfg.pause)
+		if ok {
+			sold.Add(1)
+		}
+		return err
+	})
+	if err != nil {
+		return saleResult{}, err
+	}
+	left, err := rdb.Do(ctx, rdb.B().Get().Key(stockKey).Build()).AsInt64()
+	if err != nil {
+		return saleResult{}, err
+	}
+	return saleResult{sold: int(sold.Load()), left: left, elapsed: elapsed}, nil
+}
+
+// together runs fn in perInstance goroutines of every instance, all started at once, as at
+// the opening of a sale, so they really contend. It returns how long they took, or the first
+// error: that one cancels the others, which need not wait their turn for nothing.
+func together(ctx context.Context, insts []instance, perInstance int, fn func(context.Context, instance) error) (time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		sold     atomic.Int64
 		mu       sync.Mutex
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	// Buyers start together, as at the opening of a sale, so they really contend.
 	open := make(chan struct{})
 	for _, in := range insts {
-		for range d.cfg.buyers {
+		for range perInstance {
 			wg.Go(func() {
 				<-open
-				ok, err := buy(ctx, in, d.cfg.pause)
-				if err != nil {
+				if err := fn(ctx, in); err != nil {
 					// The first error is the cause; later ones are mostly cancellations it set off.
 					mu.Lock()
 					if firstErr == nil {
@@ -134,10 +163,6 @@ func (d *demo) sale(ctx context.Context, buy buyFunc) (saleResult, error) {
 					}
 					mu.Unlock()
 					cancel()
-					return
-				}
-				if ok {
-					sold.Add(1)
 				}
 			})
 		}
@@ -145,15 +170,7 @@ func (d *demo) sale(ctx context.Context, buy buyFunc) (saleResult, error) {
 	start := time.Now()
 	close(open)
 	wg.Wait()
-	elapsed := time.Since(start)
-	if firstErr != nil {
-		return saleResult{}, firstErr
-	}
-	left, err := rdb.Do(ctx, rdb.B().Get().Key(stockKey).Build()).AsInt64()
-	if err != nil {
-		return saleResult{}, err
-	}
-	return saleResult{sold: int(sold.Load()), left: left, elapsed: elapsed}, nil
+	return time.Since(start), firstErr
 }
 
 // buyUnguarded is the check-then-act every buyer runs: correct in one process with a

@@ -6,7 +6,7 @@
 //
 // Commands:
 //
-//	demo    show on an embedded Redis why a distributed lock is needed and how it behaves
+//	demo    show on an embedded Redis why locks, semaphores and latches are needed and how they behave
 //	help    show this help, or a command's flags with "latchkey help <command>"
 //
 // Exit status: 0 on success, 1 when a command fails, 2 on a bad command line.

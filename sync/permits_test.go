@@ -267,7 +267,31 @@ func TestPermitSemaphoreWire(t *testing.T) {
 			t.Fatalf("published %q, want [2 2] (SetPermits: the total; release: the new total)", got)
 		}
 		if got := permitCounts(t, ctx, s); got != [3]int{2, 0, 2} {
-			t.Fatalf("at the end: %v, want [2 0 2]", got)
+			t.Fatalf("after the release: %v, want [2 0 2]", got)
+		}
+
+		// A waiter wakes on a Java release: ZREM the permit, INCRBY, PUBLISH the total.
+		held, err := s.Acquire(ctx, 2)
+		must(t, err)
+		done := make(chan error, 1)
+		go func() {
+			p, err := c.PermitSemaphore(name).Acquire(ctx, 1)
+			if err == nil {
+				err = p.Release(ctx)
+			}
+			done <- err
+		}()
+		waitersOn(t, c, s.channel, 1)
+		eventually(t, 5*time.Second, "the waiter subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		raw, _ = hex.DecodeString(held.IDs()[0])
+		must(t, rdb.Do(ctx, rdb.B().Zrem().Key(s.timeouts).Member(string(raw)).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Incrby().Key(name).Increment(1).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(s.channel).Message("1").Build()).Error())
+		select {
+		case err := <-done:
+			must(t, err)
+		case <-ctx.Done():
+			t.Fatal("the waiter did not wake on a Java release")
 		}
 	})
 }

@@ -155,6 +155,17 @@ func TestSemaphoreNeverOverLimit(t *testing.T) {
 		if n := available(t, ctx, cs[0].Semaphore(name)); n != limit {
 			t.Fatalf("%d permits available at the end, want %d", n, limit)
 		}
+		// Nothing is left but the semaphore once the Clients are closed: their handles'
+		// request keys go with them.
+		admin := b.Client(t)
+		for _, c := range cs {
+			c.Close()
+		}
+		keys, err := admin.Do(ctx, admin.B().Keys().Pattern("*").Build()).AsStrSlice()
+		must(t, err)
+		if len(keys) != 1 || keys[0] != name {
+			t.Fatalf("keys left after the Clients closed: %q, want only %q", keys, name)
+		}
 	})
 }
 

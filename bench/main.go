@@ -1,7 +1,10 @@
 // Command bench measures latchkey's lock against its peers — redsync, bsm/redislock,
 // rueidislock and the naive SET NX PX algorithm — on one Redis, in one run, and reports each
 // figure with its ratio to the best peer. It also measures how long a writer of latchkey's
-// read-write lock waits under continuous readers (rw.go), a lock no Go peer has.
+// read-write lock waits under continuous readers (rw.go), a lock no Go peer has; how close
+// latchkey's Semaphore comes to the rate its permits allow, against a hand-written INCR/DECR
+// gate (semaphore.go); and how soon a CountDownLatch's count-down reaches 1,000 awaiters
+// (latch.go).
 //
 //	cd bench && go run . [-redis ADDR] [-dur D] [-out DIR]
 //
@@ -58,9 +61,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.parallel, "parallel", 64, "goroutines (each on its own key) of the parallel scenario")
 	fs.IntVar(&o.scaleWaiters, "scale-waiters", 10000, "waiters of the waiters-at-scale scenario")
 	fs.IntVar(&o.scaleLocks, "scale-locks", 1000, "locks of the waiters-at-scale scenario")
-	fs.StringVar(&only, "only", "", "run only the contenders and read-write rows whose name contains one of these comma-separated `words` "+
-		"(profiling, short runs); naming no contender skips floor, solo, parallel, contended and waiters at scale: -only RWLock runs the read-write scenario alone")
-	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel, contended and read-write run (profiling; use with -only)")
+	fs.StringVar(&only, "only", "", "run only the contenders, read-write, semaphore and latch rows whose name contains one of these comma-separated `words` "+
+		"(profiling, short runs); naming no lock contender skips floor, solo, parallel, contended and waiters at scale: "+
+		"-only RWLock runs the read-write scenario alone, -only Semaphore the semaphore scenario, -only CountDownLatch the latch fan-out")
+	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel, contended, read-write and semaphore run (profiling; use with -only)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each scenario's time is split into, the contenders taking turns, so drift in the machine's speed hits all alike")
 	fs.BoolVar(&o.pin, "pin", true, "run the latency scenarios (floor, solo) with this process and the redis-server it started on one CPU (Linux)")
 	if err := fs.Parse(args); err != nil {
@@ -148,6 +152,8 @@ type results struct {
 	scale   scaleResult
 	rows    []row
 	rw      []rwRow
+	sem     []semRow
+	latch   *latchResult // nil when not run
 	started time.Time
 }
 
@@ -241,7 +247,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	res.rw = runRW(ctx, srv, o, stdout)
-	overlaps := res.overlaps()
+	if err := runSemaphores(ctx, srv, res, stdout); err != nil {
+		return err
+	}
+	res.latch = runLatch(ctx, srv, o, stdout)
+	overlaps, oversubscribed := res.overlaps(), res.oversubscribed()
 	fmt.Fprintln(stdout)
 	report := markdown(res)
 	fmt.Fprint(stdout, report)
@@ -254,6 +264,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(overlaps) > 0 {
 		return fmt.Errorf("MUTUAL EXCLUSION VIOLATED — two holders that exclude each other held a lock at once:\n  %s", strings.Join(overlaps, "\n  "))
 	}
+	if len(oversubscribed) > 0 {
+		return fmt.Errorf("SEMAPHORE VIOLATED — more than %d permits in use at once:\n  %s", semPermits, strings.Join(oversubscribed, "\n  "))
+	}
 	for _, r := range res.rows {
 		if r.err != nil {
 			return fmt.Errorf("%s failed: %w", r.c.name, r.err)
@@ -263,6 +276,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if r.err != nil {
 			return fmt.Errorf("%s failed: %w", r.name, r.err)
 		}
+	}
+	for _, r := range res.sem {
+		if r.err != nil {
+			return fmt.Errorf("%s failed: %w", r.c.name, r.err)
+		}
+	}
+	if res.latch != nil && res.latch.err != nil {
+		return fmt.Errorf("%s failed: %w", latchName, res.latch.err)
 	}
 	return nil
 }
@@ -287,12 +308,9 @@ func runLocks(ctx context.Context, srv *server, res *results, stdout io.Writer) 
 	if res.scale, err = scale(ctx, srv, o.scaleWaiters, o.scaleLocks); err != nil {
 		return fmt.Errorf("waiters at scale: %w", err)
 	}
-	pin := latencyPinning(o, srv, res, stdout)
-	unpin := pin()
-	res.ping, err = floor(ctx, srv.addr, min(o.dur, 2*time.Second))
-	unpin()
+	pin, err := measureFloor(ctx, srv, res, stdout)
 	if err != nil {
-		return fmt.Errorf("floor: %w", err)
+		return err
 	}
 	for _, c := range cs {
 		r := row{c: c, key: "bench:" + strings.ReplaceAll(c.name, " ", "-")}
@@ -305,6 +323,19 @@ func runLocks(ctx context.Context, srv *server, res *results, stdout io.Writer) 
 	}
 	runScenarios(ctx, srv, res.rows, o, stdout, pin)
 	return nil
+}
+
+// measureFloor measures the floor (see floor) as the latency scenarios run, pinned where it
+// can be (see latencyPinning), records it in res and returns what pins those scenarios.
+func measureFloor(ctx context.Context, srv *server, res *results, stdout io.Writer) (pin func() (unpin func()), err error) {
+	pin = latencyPinning(res.opts, srv, res, stdout)
+	unpin := pin()
+	res.ping, err = floor(ctx, srv.addr, min(res.opts.dur, 2*time.Second))
+	unpin()
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	return pin, nil
 }
 
 // overlaps lists every run in which two holders that exclude each other were inside at once.

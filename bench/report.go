@@ -134,21 +134,27 @@ func ratioCell(rows []row, c column) string {
 	return fmt.Sprintf("%.2f× (%s)", mine/best, bestName)
 }
 
-// markdown is the report of the scenarios that ran: the lock contenders', then the
-// read-write lock's.
+// markdown is the report of the scenarios that ran: the lock contenders', the read-write
+// lock's, the semaphore's and the latch's, a blank line between two.
 func markdown(res *results) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Redis %s on loopback; %d timed seconds per scenario and library; run %s.\n\n",
 		res.server, int(res.opts.dur.Seconds()), res.started.UTC().Format("2006-01-02 15:04 UTC"))
-	if len(res.rows) > 0 {
-		locksMarkdown(&b, res)
-	}
-	if len(res.rw) > 0 {
-		if len(res.rows) > 0 {
+	wrote := false
+	section := func(ran bool, write func()) {
+		if !ran {
+			return
+		}
+		if wrote {
 			b.WriteString("\n")
 		}
-		rwMarkdown(&b, res.rw, res.opts.dur)
+		write()
+		wrote = true
 	}
+	section(len(res.rows) > 0, func() { locksMarkdown(&b, res) })
+	section(len(res.rw) > 0, func() { rwMarkdown(&b, res.rw, res.opts.dur) })
+	section(len(res.sem) > 0, func() { semMarkdown(&b, res) })
+	section(res.latch != nil, func() { latchMarkdown(&b, *res.latch) })
 	return b.String()
 }
 
@@ -311,6 +317,153 @@ func rwNote(rows []rwRow) string {
 			x.writes, fmtDur(x.window), worst)
 	}
 	return ""
+}
+
+// semColumn is one figure of a semaphore table: how to read it from a setup's result, and
+// whether to give latchkey's ratio to the naive semaphore.
+type semColumn struct {
+	head  string
+	get   func(x semResult) (float64, bool)
+	show  func(v float64) string
+	ratio bool
+}
+
+func semDurCol(head string, f func(x semResult) time.Duration) semColumn {
+	return semColumn{head: head, ratio: true,
+		get:  func(x semResult) (float64, bool) { d := f(x); return float64(d), d > 0 },
+		show: func(v float64) string { return fmtDur(time.Duration(v)) }}
+}
+
+// semMarkdown reports the semaphore scenario: what it measures, then a table per setup.
+func semMarkdown(b *strings.Builder, res *results) {
+	rtt := res.ping.pct(50)
+	ceiling := semCeiling(rtt)
+	fmt.Fprintf(b, "**Semaphore** — %d permits shared by %d workers, each looping acquire 1 permit → hold %v → release, with no idle time, "+
+		"so that there is always a queue and how soon a permit given back reaches a waiter decides the rate. "+
+		"A permit goes round at best once per hold and round trip: the ceiling is %d / (%v + %s, the floor's PING p50) = %.0f acquisitions/s, "+
+		"and %% of ceiling is acq/s as a share of it. "+
+		"The sessions of each turn are opened and warmed up (their workers waiting on a semaphore with no permit free) before its timed window, and closed after it; "+
+		"the time is split into rounds, the implementations taking turns, as in the lock scenarios. "+
+		"Wait: request to acquisition. Fairness: Jain's index over per-worker acquisitions. Hold mean: how long holds lasted (holdFor's nanosleep). "+
+		"Client CPU/acq: this process's CPU per acquisition, all the implementation's sessions together; Redis CPU/acq: the server's. Scripts/acq: EVALSHA and EVAL calls per acquisition — an acquisition served at its first attempt, "+
+		"with its release, is 2.00, and each failed attempt adds one (the naive gate runs no script); cmds/acq: every command counted, as in the contended tables "+
+		"(the naive gate's INCR and DECR: 2.00 when every try enters, and two more for each try that does not). "+
+		"Max in use: the most permits the workers held at once by their own count (up after an acquisition returns, down before its release is sent): "+
+		"above %d the semaphore is broken, and the run fails. The rows: ",
+		semPermits, semWorkers, holdTime, semPermits, holdTime, fmtDur(rtt), ceiling, semPermits)
+	for i, r := range res.sem {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(b, "%s — %s", r.c.name, r.c.note)
+	}
+	b.WriteString(".\n")
+	cols := []semColumn{
+		{head: "acq/s", ratio: true,
+			get:  func(x semResult) (float64, bool) { return x.perSec(), true },
+			show: func(v float64) string { return fmt.Sprintf("%.0f", v) }},
+		{head: "% of ceiling",
+			get:  func(x semResult) (float64, bool) { return 100 * x.perSec() / ceiling, ceiling > 0 },
+			show: func(v float64) string { return fmt.Sprintf("%.0f %%", v) }},
+		semDurCol("wait p50", func(x semResult) time.Duration { return x.wait.pct(50) }),
+		semDurCol("wait p99", func(x semResult) time.Duration { return x.wait.pct(99) }),
+		semDurCol("wait max", func(x semResult) time.Duration { return x.wait.max() }),
+		{head: "fairness",
+			get:  func(x semResult) (float64, bool) { return jain(x.counts), len(x.counts) > 0 },
+			show: func(v float64) string { return fmt.Sprintf("%.3f", v) }},
+		{head: "hold mean",
+			get:  func(x semResult) (float64, bool) { return float64(x.hold.mean()), len(x.hold) > 0 },
+			show: func(v float64) string { return fmtDur(time.Duration(v)) }},
+		semDurCol("client CPU/acq", func(x semResult) time.Duration { d, _ := x.cpu.clientPer(); return d }),
+		semDurCol("Redis CPU/acq", func(x semResult) time.Duration { d, _ := x.cpu.serverPer(); return d }),
+		{head: "scripts/acq", get: semResult.scriptsPerAcq, show: func(v float64) string { return fmt.Sprintf("%.2f", v) }},
+		{head: "cmds/acq", ratio: true, get: semResult.cmdsPerAcq, show: func(v float64) string { return fmt.Sprintf("%.2f", v) }},
+		{head: "max in use",
+			get:  func(x semResult) (float64, bool) { return float64(x.peak), true },
+			show: func(v float64) string { return fmt.Sprintf("%.0f of %d", v, semPermits) }},
+	}
+	for i, sc := range semScenarios() {
+		fmt.Fprintf(b, "\n**Semaphore, %v** — %s.\n\n", sc, sc.describe())
+		semTable(b, res.sem, i, cols)
+	}
+}
+
+// semTable renders each row's result of setup i in cols, then each latchkey row's ratio to
+// the naive semaphore in the columns that give one.
+func semTable(b *strings.Builder, rows []semRow, i int, cols []semColumn) {
+	heads := []string{"semaphore"}
+	for _, c := range cols {
+		heads = append(heads, c.head)
+	}
+	var cells [][]string
+	var naive *semResult
+	for _, r := range rows {
+		if r.c.peer && i < len(r.res) {
+			naive = &r.res[i]
+		}
+	}
+	for _, r := range rows {
+		if i >= len(r.res) {
+			cells = append(cells, []string{r.c.name, fmt.Sprintf("failed: %v", r.err)})
+			continue
+		}
+		line := []string{r.c.name}
+		for _, c := range cols {
+			if v, ok := c.get(r.res[i]); ok {
+				line = append(line, c.show(v))
+			} else {
+				line = append(line, "—")
+			}
+		}
+		cells = append(cells, line)
+	}
+	for _, r := range rows {
+		if r.c.peer || naive == nil || i >= len(r.res) {
+			continue
+		}
+		line := []string{"**" + r.c.name + " ÷ naive**"}
+		for _, c := range cols {
+			mine, ok1 := c.get(r.res[i])
+			theirs, ok2 := c.get(*naive)
+			if !c.ratio || !ok1 || !ok2 || theirs == 0 {
+				line = append(line, "")
+				continue
+			}
+			line = append(line, fmt.Sprintf("%.2f×", mine/theirs))
+		}
+		cells = append(cells, line)
+	}
+	writeTable(b, heads, cells)
+}
+
+// latchMarkdown reports the latch fan-out: what it measures, then the median and max over
+// its rounds.
+func latchMarkdown(b *strings.Builder, r latchResult) {
+	fmt.Fprintf(b, "**CountDownLatch fan-out** (latchkey) — %d goroutines spread over %d Clients (%d on each, sharing one handle per Client) "+
+		"await one latch set to a count of 1; once every one of them waits — none has returned, PUBSUB NUMSUB reports one subscriber per Client on the latch's channel, "+
+		"and Redis has served at least one count read (GET) per awaiter and no more since the last look — a Client of its own counts the latch down once. "+
+		"Measured: from sending the CountDown until the last Await returns, and until half of them have (p50 of the awaiters' return times). "+
+		"A zero message wakes every awaiter of a Client with no request of its own, so this is one publish reaching %d subscriber connections "+
+		"and each Client waking its goroutines. %d rounds, each on a latch of its own, the Clients opened once.\n\n",
+		latchAwaiters, latchClients, latchAwaiters/latchClients, latchClients, latchRounds)
+	if r.err != nil {
+		fmt.Fprintf(b, "Failed after %d rounds: %v\n", len(r.rounds), r.err)
+		return
+	}
+	lastMed, lastMax := r.stat(func(x latchRound) time.Duration { return x.last })
+	p50Med, p50Max := r.stat(func(x latchRound) time.Duration { return x.p50 })
+	writeTable(b, []string{"from CountDown sent", "median of rounds", "max of rounds"}, [][]string{
+		{"to the last Await returned", fmtDur(lastMed), fmtDur(lastMax)},
+		{"to half of them returned (p50)", fmtDur(p50Med), fmtDur(p50Max)},
+	})
+	var cmds []string
+	for _, x := range r.rounds {
+		if !x.cmdsOK {
+			return
+		}
+		cmds = append(cmds, fmt.Sprint(x.cmds))
+	}
+	fmt.Fprintf(b, "\nCommands Redis ran from the count-down to the last return, counted as in the contended tables, by round: %s.\n", strings.Join(cmds, ", "))
 }
 
 // writeOut writes docs/benchmarks.md and the charts under repo.

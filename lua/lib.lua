@@ -218,6 +218,16 @@ end
 -- or no_expiry).
 local no_expiry = '922337203685477'
 
+-- from returns the elements of list from index i on (unpack would overflow Lua's C stack
+-- beyond about 8,000 of them).
+local function from(list, i)
+    local out = {}
+    for j = i, #list do
+        out[#out + 1] = list[j]
+    end
+    return out
+end
+
 -- unhex turns a permit ID's 32 hex characters into the raw bytes the zset holds.
 local function unhex(id)
     return (string.gsub(id, '..', function(h)

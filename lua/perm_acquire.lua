@@ -10,7 +10,7 @@
 -- (nothing is taken; expired ones are reclaimed). A cancel gives back what the request
 -- took, if it ran, and replies as cancel does. Safe to repeat.
 local now, req = tonumber(ARGV[2]), tonumber(ARGV[3])
-local ids = { unpack(ARGV, 7) }
+local ids = from(ARGV, 7)
 if ARGV[5] == '1' then
     return cancel(KEYS[3], ARGV[4], req, function()
         release_permits(KEYS[1], KEYS[2], KEYS[4], now, ARGV[6], ids)

@@ -9,7 +9,7 @@
 -- published; expired permits are reclaimed. Safe to repeat.
 return numbered(KEYS[3], ARGV[3], tonumber(ARGV[2]), -1, function()
     local now = tonumber(ARGV[1])
-    local live = release_permits(KEYS[1], KEYS[2], KEYS[4], now, ARGV[4], { unpack(ARGV, 5) })
+    local live = release_permits(KEYS[1], KEYS[2], KEYS[4], now, ARGV[4], from(ARGV, 5))
     reclaim(KEYS[1], KEYS[2], KEYS[4], now, ARGV[4])
     return live
 end)

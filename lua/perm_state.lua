@@ -7,7 +7,7 @@
 -- Reply: available: the available permits; acquired: the acquired ones; permits: both (0
 -- when the semaphore does not exist); lease: the ms the permit has left, -1 when it never
 -- expires, nil when it is not acquired; update: 1 when the permit was acquired (its expiry
--- set to ARGV[5]), 0 when not. Safe to repeat.
+-- set to at least ARGV[5]: a lease only grows), 0 when not. Safe to repeat.
 local mode, now = ARGV[1], tonumber(ARGV[2])
 reclaim(KEYS[1], KEYS[2], KEYS[3], now, ARGV[3])
 if mode == 'available' then
@@ -27,7 +27,9 @@ if mode == 'update' then
     if not exp then
         return 0
     end
-    redis.call('zadd', KEYS[2], ARGV[5], raw)
+    if tonumber(exp) < tonumber(ARGV[5]) then
+        redis.call('zadd', KEYS[2], ARGV[5], raw)
+    end
     return 1
 end
 if not exp then

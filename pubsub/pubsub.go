@@ -261,9 +261,9 @@ func (m *Mux) Pending(name string) int {
 // message, such as a holder's lease running out, is the one thing the waiters ahead cannot
 // hand on, so a joined waiter must re-check by then itself.
 //
-// Join is for waiters that all want the same thing, such as an exclusive lock: a waiter that
-// could succeed where those ahead cannot (a reader behind a writer, a small semaphore
-// request behind a large one) must not join.
+// Join is for waiters that all want the same thing, such as an exclusive lock, or that are
+// served in arrival order (a semaphore's: see First): a waiter that could succeed where
+// those ahead cannot (a reader behind a writer) must not join.
 func (m *Mux) Join(name string) (*Waiter, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

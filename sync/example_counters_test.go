@@ -120,11 +120,11 @@ func ExampleClient_PermitSemaphore() {
 	fmt.Println("permit IDs:", len(p.IDs()), "of", len(p.IDs()[0]), "hex characters")
 
 	// Both slots, waiting for the crashed worker's to come back at the end of its lease.
-	both, err := slots.TryAcquire(ctx, 2, dsync.WaitTime(5*time.Second))
-	if err != nil {
-		log.Fatal(err)
+	both, ok, err := slots.TryAcquire(ctx, 2, dsync.WaitTime(5*time.Second))
+	if err != nil || !ok {
+		log.Fatal("both slots: ", ok, err)
 	}
-	fmt.Println("got both slots:", both != nil)
+	fmt.Println("got both slots:", ok)
 	<-p.Lost()
 	fmt.Println("the crashed worker's lease is lost; valid:", p.Valid())
 	if err := both.Release(ctx); err != nil {

@@ -61,8 +61,8 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
 // CountDown decrements the count, and at zero deletes the latch and wakes every awaiter.
 // Like a lock's Unlock it runs, and is repeated within the retry budget, even when ctx is
 // already cancelled (a deferred CountDown after the request ended still counts); an error
-// wrapping ErrOutcomeUnknown means it may or may not have counted, and the handle repeats it
-// before its next request (so do not call CountDown again for it).
+// wrapping ErrOutcomeUnknown means it may or may not have counted yet, and the Client
+// repeats it in the background until Redis answers (so do not call CountDown again for it).
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.p.check(ctx); err != nil {
 		return err
@@ -71,9 +71,10 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	return err
 }
 
-// Delete deletes the latch, whatever its count, and reports whether there was one; awaiters
-// keep waiting for a count to be set and counted down. (Redisson's delete tells them a new
-// count was set.)
+// Delete deletes the latch, whatever its count, and reports whether there was one. A latch
+// that does not exist counts zero: its awaiters return. (Redisson's delete publishes 1, a
+// new count, which Java awaiters take as a reason to keep waiting; latchkey's check the
+// count on it, and find none.)
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	msg, err := l.request(ctx, lua.LatchDelete)
 	return err == nil && !msg.IsNil(), err
@@ -96,17 +97,10 @@ func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
 	return l.count(ctx)
 }
 
-// count reads the count, repeating the read within the retry budget while its reply is lost.
+// count reads the count: 0 when the latch does not exist.
 func (l *CountDownLatch) count(ctx context.Context) (int, error) {
-	o := &l.p.owner
-	msg, err := o.c.retry(ctx, func(ctx context.Context) rueidis.RedisResult {
-		return o.c.rdb.Do(ctx, o.c.rdb.B().Get().Key(o.name).Build())
-	})
-	if err != nil || msg.IsNil() {
-		return 0, o.wrap(err)
-	}
-	n, err := msg.AsInt64()
-	return int(max(n, 0)), o.wrap(err)
+	n, err := l.p.get(ctx)
+	return max(n, 0), err
 }
 
 // Await waits until the count is zero, as long as ctx allows; it returns nil at once if it
@@ -121,17 +115,10 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 		n, err := l.count(ctx)
 		return -1, n == 0 && err == nil, err
 	})
-	// A 0 received since the wait registered is proof that the count reached zero
+	// Every message wakes every awaiter: a 1 may be a Delete, after which the latch counts
+	// zero. A 0 received since the wait registered is proof that the count reached zero
 	// meanwhile: the wait ends without reading it.
-	_, err := o.c.acquire(ctx, wait{channel: l.channel, policy: latchPolicy, limit: -1, attempt: a, early: true,
+	_, err := o.c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: -1, attempt: a, early: true,
 		grant: "0", granted: func() (bool, error, bool) { return true, nil, true }})
 	return err
-}
-
-// latchPolicy wakes every awaiter on a zero message, and none on a new count.
-func latchPolicy(payload string) int {
-	if payload == "0" {
-		return pubsub.All
-	}
-	return 0
 }

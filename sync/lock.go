@@ -115,11 +115,17 @@ func Lease(lease time.Duration) interface {
 
 type waitOption time.Duration
 
-func (o waitOption) applyTry(c *lockConfig) { c.wait, c.waitSet = time.Duration(o), true }
+func (o waitOption) applyTry(c *lockConfig)     { c.wait, c.waitSet = time.Duration(o), true }
+func (o waitOption) applyAcquire(c *lockConfig) { o.applyTry(c) }
 
-// WaitTime lets TryLock wait up to wait for the lock (default: one attempt, no waiting). The
-// context's deadline, if earlier, still applies. It must not be negative.
-func WaitTime(wait time.Duration) TryLockOption { return waitOption(wait) }
+// WaitTime lets TryLock, or a semaphore's TryAcquire, wait up to wait (default: one attempt,
+// no waiting). The context's deadline, if earlier, still applies. It must not be negative.
+func WaitTime(wait time.Duration) interface {
+	TryLockOption
+	TryAcquireOption
+} {
+	return waitOption(wait)
+}
 
 // configure applies an acquisition's options, and checks them with what every call checks.
 func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func(O, *lockConfig)) (lockConfig, error) {

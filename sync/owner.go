@@ -32,7 +32,11 @@ import (
 const (
 	retryBackoff  = 20 * time.Millisecond
 	maxBackoff    = time.Second
-	unlockLatchMs = "300000"
+	unlockLatch   = 5 * time.Minute
+	unlockLatchMs = "300000" // unlockLatch, as scripts take it
+	// settleMargin is how long before its mark may expire a request of unknown outcome is
+	// last repeated: later, a repeat could find no mark and act twice.
+	settleMargin = 30 * time.Second
 )
 
 // owner is one owner ID on one object: the identity its holds are kept under in Redis.
@@ -131,6 +135,7 @@ type request struct {
 	script     *rueidis.Lua
 	keys, args []string
 	settled    func(rueidis.RedisMessage) error
+	sent       time.Time // when it was first sent: its mark lasts unlockLatch from about then
 }
 
 // nextRequest numbers the owner's next request on its latch, made at the first one. Caller
@@ -148,9 +153,10 @@ func (o *owner) nextRequest() (latch, n string) {
 // in o.unsettled, to be repeated before the owner's next request; the caller sets what its
 // answer will mean (settled). Caller holds op.
 func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+	sent := time.Now()
 	msg, err := o.exec(ctx, script, keys, args)
 	if errors.Is(err, ErrOutcomeUnknown) {
-		o.unsettled = &request{script: script, keys: keys, args: args}
+		o.unsettled = &request{script: script, keys: keys, args: args, sent: sent}
 	}
 	return msg, o.wrap(err)
 }
@@ -158,9 +164,9 @@ func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []
 // request runs a numbered request that req makes for the latch and number it is given, after
 // settling an earlier one of unknown outcome: how a primitive without holds (a semaphore, a
 // countdown latch) makes each state change safe to repeat. When its outcome stays unknown
-// it is repeated before the owner's next request — with the arguments cancel makes of its
-// own, if cancel is not nil. A release (ctx without cancellation) is repeated within the
-// retry budget whatever the caller's ctx says.
+// it is kept in o.unsettled, to be repeated (see pool.settle) with the arguments cancel
+// makes of its own, if cancel is not nil. A release (ctx without cancellation) is repeated
+// within the retry budget whatever the caller's ctx says.
 func (o *owner) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
 	if err := o.check(ctx); err != nil {
 		return rueidis.RedisMessage{}, err
@@ -196,8 +202,8 @@ func (p *pool) init(c *Client, name string) {
 	p.idle = []*owner{&p.owner}
 }
 
-// request is owner.request on an idle owner. An owner whose request's outcome stays unknown
-// goes back last, so that the handle's next request takes it, and settles it first.
+// request is owner.request on an idle owner. A request whose outcome stays unknown is
+// settled in the background (settle), and its owner comes back only then.
 func (p *pool) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
 	p.mu.Lock()
 	var o *owner
@@ -207,12 +213,66 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 		o = &owner{c: p.c, name: p.name, id: p.id, err: p.err, op: make(chan struct{}, 1)}
 	}
 	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		p.idle = append(p.idle, o)
-		p.mu.Unlock()
-	}()
-	return o.request(ctx, req, cancel)
+	msg, err := o.request(ctx, req, cancel)
+	if o.unsettled != nil {
+		go p.settle(o)
+	} else {
+		p.put(o)
+	}
+	return msg, err
+}
+
+// get reads the handle's key as an integer (0 when it does not exist), repeating the read
+// within the retry budget while its reply is lost.
+func (p *pool) get(ctx context.Context) (int, error) {
+	c := p.c
+	msg, err := c.retry(ctx, func(ctx context.Context) rueidis.RedisResult {
+		return c.rdb.Do(ctx, c.rdb.B().Get().Key(p.name).Build())
+	})
+	if err != nil || msg.IsNil() {
+		return 0, p.wrap(err)
+	}
+	n, err := msg.AsInt64()
+	return int(n), p.wrap(err)
+}
+
+func (p *pool) put(o *owner) {
+	p.mu.Lock()
+	p.idle = append(p.idle, o)
+	p.mu.Unlock()
+}
+
+// settle repeats o's request of unknown outcome, with backoff, until Redis answers: a
+// semaphore's or latch's request has no holder whose next call could settle it, and that
+// call may never come, or come after the request's mark expired and act twice. It gives up
+// when the Client closes, and before the mark may expire: the outcome then stays unknown
+// for good, which it logs.
+func (p *pool) settle(o *owner) {
+	c := o.c
+	ctx, cancel := context.WithDeadline(context.Background(), o.unsettled.sent.Add(unlockLatch-settleMargin))
+	defer cancel()
+	_ = o.lock(ctx) // free: no one else has o
+	backoff := retryBackoff
+	for {
+		err := o.settle(ctx)
+		if err == nil {
+			o.unlock()
+			p.put(o)
+			return
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		case <-c.closed:
+		}
+		if ctx.Err() != nil || c.isClosed() {
+			c.log.Warn("a request's outcome stays unknown; it is no longer repeated",
+				zap.String("name", o.name), zap.Error(err))
+			o.unlock()
+			return
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
 }
 
 // settle repeats a request whose outcome is unknown (retried within the budget and ctx) and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,7 +29,7 @@ import (
 // Permits tells its holder, through Lost and Valid, when their lease was lost.
 //
 // Every change is safe to repeat, as a Semaphore's is: numbered on the handle's latch, and an
-// acquisition of unknown outcome is cancelled before the handle's next request. Waiters of
+// acquisition of unknown outcome is cancelled in the background. Waiters of
 // one Client are served in arrival order, as a Semaphore's are. The scripts take the
 // process's wall clock, as Redisson's do: processes sharing one must keep their clocks in
 // sync. A handle is safe for concurrent use.
@@ -50,8 +51,8 @@ func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
 func (s *PermitSemaphore) Name() string { return s.p.name }
 
 // maxPermitsPerCall is the most permits one acquisition may take: each is an argument of the
-// script and a member of the zset.
-const maxPermitsPerCall = 1 << 16
+// scripts, a member of the zset, and a check in every renewal.
+const maxPermitsPerCall = 4096
 
 // Permits are the permits one acquisition took: their IDs and their lease.
 type Permits struct {
@@ -83,8 +84,10 @@ func (p *Permits) Deadline() (time.Time, bool) { return p.lease.Deadline() }
 
 // Release gives the permits back. It returns nil when every one of them was still acquired
 // and unexpired; an error wrapping ErrLockLost (and ErrNotHeld) when some had expired (they
-// are given back all the same, and Lost closes); ErrNotHeld on a second Release. Its
-// repeats and unknown outcomes are as for Semaphore.Release.
+// are given back all the same, and Lost closes); ErrNotHeld after a Release that got a reply
+// or whose outcome is unknown. Its repeats and unknown outcomes are as for
+// Semaphore.Release. Refused by Redis, it did nothing: the permits are held, no longer
+// renewed, until Release is called again or their lease ends.
 func (p *Permits) Release(ctx context.Context) error {
 	if err := p.s.p.check(ctx); err != nil {
 		return err
@@ -96,6 +99,13 @@ func (p *Permits) Release(ctx context.Context) error {
 		<-round // a renewal on its way lands before the release, never after
 	}
 	live, err := p.s.release(ctx, p.ids)
+	if err != nil && !errors.Is(err, ErrOutcomeUnknown) {
+		// Refused: nothing ran, and the permits are still held, no longer renewed: they lapse
+		// with their lease unless Release is called again.
+		p.lease.Lapse()
+		p.released.Store(false)
+		return err
+	}
 	if err == nil && live >= 0 && live < len(p.ids) {
 		reason := fmt.Sprintf("%d of %d permits had expired", len(p.ids)-live, len(p.ids))
 		p.lease.Lose(reason)
@@ -144,39 +154,37 @@ func (s *PermitSemaphore) set(ctx context.Context, mode string, n int) (rueidis.
 
 // Acquire takes n permits, waiting as long as ctx allows, with the lease of Lease or, by
 // default, kept by the watchdog. When ctx ends first it returns ctx.Err(). An error wrapping
-// ErrOutcomeUnknown means the permits may have been taken with no reply: the handle gives
-// them back before its next request. n must be in [1, 65536].
+// ErrOutcomeUnknown means the permits may have been taken with no reply: the Client gives
+// them back as soon as Redis answers again. n must be in [1, 4096].
 func (s *PermitSemaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Permits, error) {
 	cfg, err := configure(ctx, &s.p.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPermits("permits", n, 1); err != nil || n > maxPermitsPerCall {
-		return nil, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
-	}
-	return s.acquire(ctx, n, cfg.lease, -1)
+	p, _, err := s.acquire(ctx, n, cfg.lease, -1)
+	return p, err
 }
 
-// TryAcquire takes n permits if they are available, waiting up to WaitTime if given, and
-// returns nil Permits and a nil error when too few came in that time. Leases and errors are
-// as for Acquire.
-func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption) (*Permits, error) {
+// TryAcquire takes n permits if they are available and reports whether it did; with
+// WaitTime it waits up to that long, and too few permits is (nil, false, nil), not an error.
+// Leases and errors are as for Acquire.
+func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption) (*Permits, bool, error) {
 	cfg, err := configure(ctx, &s.p.owner, opts, TryLockOption.applyTry)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkPermits("permits", n, 1); err != nil || n > maxPermitsPerCall {
-		return nil, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
+		return nil, false, err
 	}
 	return s.acquire(ctx, n, cfg.lease, cfg.wait)
 }
 
-func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (*Permits, error) {
+func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (*Permits, bool, error) {
+	if n < 1 || n > maxPermitsPerCall {
+		return nil, false, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
+	}
 	c := s.p.c
 	ids := make([]string, n)
 	raw := make([]byte, 16*n)
 	if _, err := rand.Read(raw); err != nil {
-		return nil, fmt.Errorf("dsync: random permit IDs: %w", err)
+		return nil, false, fmt.Errorf("dsync: random permit IDs: %w", err)
 	}
 	for i := range ids {
 		ids[i] = hex.EncodeToString(raw[16*i : 16*(i+1)])
@@ -190,30 +198,22 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 		sent = time.Now()
 		return s.attempt(ctx, ids, ttl)
 	})
-	var ok bool
-	var err error
-	if limit == 0 {
-		_, ok, err = a(ctx)
-	} else {
-		ok, err = c.acquire(ctx, wait{channel: s.channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true})
-		if !ok {
-			c.mux.Wake(s.channel) // the next waiter may be served where this one was not
-		}
-	}
+	ok, err := c.acquirePermits(ctx, s.channel, limit, a)
 	if !ok {
-		return nil, err
+		return nil, false, err
 	}
 	p := &Permits{s: s, ids: ids, lease: c.wd.Start(c.permitKind, s.p.name, strings.Join(ids, ""), sent, ttl, lease == 0)}
 	if !p.Valid() {
 		p.lease.Lose("the lease ran out before the acquire returned")
-		return nil, fmt.Errorf("%w: %q: the permits' lease ran out before the acquire returned", ErrLockLost, s.p.name)
+		return nil, false, fmt.Errorf("%w: %q: the permits' lease ran out before the acquire returned", ErrLockLost, s.p.name)
 	}
-	return p, nil
+	return p, true, nil
 }
 
-// attempt makes one acquisition of the permits ids with a lease of ttl. One that leaves
-// permits (or cannot tell) wakes the Client's next waiter; one that fails replies the ms
-// until the nearest lease ends (negative: none does).
+// attempt makes one acquisition of the permits ids with a lease of ttl. One that succeeds
+// wakes the Client's next waiter, which attempts: if no permit is left, its attempt learns
+// when the nearest lease ends, which no message announces. One that fails replies the ms
+// until then (negative: no lease ends).
 func (s *PermitSemaphore) attempt(ctx context.Context, ids []string, ttl time.Duration) (int64, bool, error) {
 	o := &s.p.owner
 	msg, err := s.p.request(ctx, func(latch, req string) script {
@@ -233,13 +233,10 @@ func (s *PermitSemaphore) attempt(ctx context.Context, ids []string, ttl time.Du
 		ms, err := arr[0].AsInt64()
 		return ms, false, o.wrap(err)
 	}
-	left, err := msg.AsInt64()
-	if err != nil {
+	if _, err := msg.AsInt64(); err != nil {
 		return -1, false, o.wrap(err)
 	}
-	if left != 0 {
-		o.c.mux.Wake(s.channel)
-	}
+	o.c.mux.Wake(s.channel)
 	return -1, true, nil
 }
 
@@ -290,9 +287,11 @@ func checkPermitID(id string) error {
 	return nil
 }
 
-// UpdateLeaseTime gives the permit id a lease of lease from now, and reports whether it was
-// acquired (and unexpired). The permit's lease is then that, whatever it was: a permit kept
-// by the watchdog is still renewed by it. lease must be at least 1 ms.
+// UpdateLeaseTime extends the lease of the permit id to end lease from now, and reports
+// whether it was acquired (and unexpired). Leases only grow: a permit whose lease ends later
+// (or never) keeps it, so that no holder's Valid outlives its permit. (Redisson's sets the
+// lease, also shorter.) A permit kept by the watchdog is still renewed by it. lease must be
+// at least 1 ms.
 func (s *PermitSemaphore) UpdateLeaseTime(ctx context.Context, id string, lease time.Duration) (bool, error) {
 	if err := checkPermitID(id); err != nil {
 		return false, err

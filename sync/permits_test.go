@@ -72,8 +72,8 @@ func TestPermitSemaphoreAcquireRelease(t *testing.T) {
 		if !p.Valid() {
 			t.Fatal("permits just acquired are not valid")
 		}
-		if q, err := s.TryAcquire(ctx, 2); q != nil || err != nil {
-			t.Fatalf("TryAcquire(2) of 1: %v, %v; want nil, nil", q, err)
+		if q, ok, err := s.TryAcquire(ctx, 2); q != nil || ok || err != nil {
+			t.Fatalf("TryAcquire(2) of 1: %v, %v, %v; want nil, false, nil", q, ok, err)
 		}
 		must(t, p.Release(ctx))
 		if got := permitCounts(t, ctx, s); got != [3]int{3, 0, 3} {
@@ -111,9 +111,9 @@ func TestPermitSemaphoreExpiredPermitsComeBack(t *testing.T) {
 		p, err := s.Acquire(ctx, 2, Lease(150*time.Millisecond))
 		must(t, err)
 		start := time.Now()
-		q, err := c.PermitSemaphore("permits-expire").TryAcquire(ctx, 2, WaitTime(5*time.Second))
+		q, ok, err := c.PermitSemaphore("permits-expire").TryAcquire(ctx, 2, WaitTime(5*time.Second))
 		must(t, err)
-		if q == nil {
+		if !ok {
 			t.Fatal("the waiter did not get the expired permits")
 		}
 		if waited := time.Since(start); waited > 2*time.Second {
@@ -168,9 +168,9 @@ func TestPermitSemaphoreWatchdog(t *testing.T) {
 		must(t, rdb.Do(ctx, rdb.B().Incr().Key(name).Build()).Error()) // the deleted permit, given back by hand
 
 		holder.Close() // renewals stop: the kept permit lapses within a watchdog timeout
-		q, err := other.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(5*time.Second))
+		q, ok, err := other.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(5*time.Second))
 		must(t, err)
-		if q == nil {
+		if !ok {
 			t.Fatal("the kept permit did not come back after its Client closed")
 		}
 		must(t, q.Release(ctx))
@@ -254,6 +254,14 @@ func TestPermitSemaphoreWire(t *testing.T) {
 		if ok, err := s.UpdateLeaseTime(ctx, javaID, time.Minute); !ok || err != nil {
 			t.Fatalf("UpdateLeaseTime: %v, %v", ok, err)
 		}
+		if d, err := s.LeaseTime(ctx, javaID); d != NoExpiry || err != nil {
+			t.Fatalf("LeaseTime of a no-lease permit after UpdateLeaseTime: %v, %v; want NoExpiry (leases only grow)", d, err)
+		}
+		// A Java permit with a lease: 10 s left, extended to a minute.
+		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(s.timeouts).ScoreMember().ScoreMember(float64(time.Now().Add(10*time.Second).UnixMilli()), string(raw)).Build()).Error())
+		if ok, err := s.UpdateLeaseTime(ctx, javaID, time.Minute); !ok || err != nil {
+			t.Fatalf("UpdateLeaseTime: %v, %v", ok, err)
+		}
 		score, err := rdb.Do(ctx, rdb.B().Zscore().Key(s.timeouts).Member(string(raw)).Build()).AsFloat64()
 		must(t, err)
 		if left := time.Until(time.UnixMilli(int64(score))); left < 50*time.Second || left > time.Minute {
@@ -304,9 +312,9 @@ func TestPermitSemaphoreBadInput(t *testing.T) {
 	s := c.PermitSemaphore("permits-bad")
 	for name, err := range map[string]error{
 		"Acquire(0)":          func() error { _, err := s.Acquire(ctx, 0); return err }(),
-		"Acquire(65537)":      func() error { _, err := s.Acquire(ctx, 65537); return err }(),
+		"Acquire(4097)":       func() error { _, err := s.Acquire(ctx, 4097); return err }(),
 		"Acquire(Lease(0))":   func() error { _, err := s.Acquire(ctx, 1, Lease(0)); return err }(),
-		"TryAcquire(-wait)":   func() error { _, err := s.TryAcquire(ctx, 1, WaitTime(-1)); return err }(),
+		"TryAcquire(-wait)":   func() error { _, _, err := s.TryAcquire(ctx, 1, WaitTime(-1)); return err }(),
 		"Release()":           s.Release(ctx),
 		"Release(bad ID)":     s.Release(ctx, "xyz"),
 		"Release(short ID)":   s.Release(ctx, "0011"),

@@ -27,9 +27,10 @@ import (
 // call, expiring 5 minutes after its last change, or deleted when the handle is
 // garbage-collected or its Client closed), so a request whose reply was lost is repeated
 // within the retry budget without taking or giving permits twice (Redisson's retries may).
-// An Acquire whose outcome stays unknown returns an error wrapping ErrOutcomeUnknown, and is
-// cancelled before the handle's next request: the permits it took, if it took any, are
-// given back then.
+// A request whose outcome stays unknown (an error wrapping ErrOutcomeUnknown) is settled by
+// the Client in the background as soon as Redis answers: a release is repeated, an Acquire
+// cancelled — the permits it took, if it took any, given back. (It gives up when the Client
+// closes, or once the request key may have expired, 4.5 minutes on: then it logs.)
 //
 // Who gets permits: within a Client, waiters of one semaphore are served in arrival order.
 // Only the longest-waiting one attempts; when it gets its permits and some are left, the next
@@ -128,8 +129,8 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 // given back exactly once, even if a reply was lost and the request repeated. Like a lock's
 // Unlock it runs, and is repeated within the retry budget, even when ctx is already
 // cancelled (a deferred Release after the request ended still releases); if the outcome stays
-// unknown (an error wrapping ErrOutcomeUnknown) the handle repeats it before its next
-// request, so do not call Release again for those permits. n must be in [1, 2³¹-1].
+// unknown (an error wrapping ErrOutcomeUnknown) the Client repeats it in the background, so
+// do not call Release again for those permits. n must be in [1, 2³¹-1].
 func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := checkPermits("permits", n, 1); err != nil {
 		return err
@@ -152,20 +153,15 @@ func (s *Semaphore) add(ctx context.Context, n int) error {
 // AvailablePermits returns the number of permits available now (0 when the semaphore does
 // not exist; negative after AddPermits took more than there were).
 func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
-	o := &s.p.owner
-	if err := o.check(ctx); err != nil {
+	if err := s.p.check(ctx); err != nil {
 		return 0, err
 	}
-	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Get().Key(o.name).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
-	}
-	return int(n), o.wrap(err)
+	return s.p.get(ctx)
 }
 
 // Acquire takes n permits, waiting as long as ctx allows. When ctx ends first it returns
 // ctx.Err() and holds none of them. An error wrapping ErrOutcomeUnknown means the permits
-// may have been taken with no reply: the handle gives them back before its next request.
+// may have been taken with no reply: the Client gives them back as soon as Redis answers.
 // n must be in [1, 2³¹-1].
 func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 	if err := s.p.check(ctx); err != nil {
@@ -178,17 +174,16 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 	return err
 }
 
+// TryAcquireOption configures a semaphore's TryAcquire: WaitTime.
+type TryAcquireOption interface{ applyAcquire(*lockConfig) }
+
 // TryAcquire takes n permits if they are available and reports whether it did; with
 // WaitTime it waits up to that long, and too few permits is (false, nil), not an error.
-// Errors are as for Acquire. Lease is refused: a Semaphore's permits have none
-// (PermitSemaphore's do).
-func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption) (bool, error) {
-	cfg, err := configure(ctx, &s.p.owner, opts, TryLockOption.applyTry)
+// Errors are as for Acquire.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOption) (bool, error) {
+	cfg, err := configure(ctx, &s.p.owner, opts, TryAcquireOption.applyAcquire)
 	if err != nil {
 		return false, err
-	}
-	if cfg.leaseSet {
-		return false, invalid("lease", "is not an option of a Semaphore, whose permits have no lease (see PermitSemaphore)")
 	}
 	if err := checkPermits("permits", n, 1); err != nil {
 		return false, err
@@ -197,28 +192,36 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryLockOption
 }
 
 // semaphorePolicy wakes the longest-waiting local waiter on a release: the others' turns
-// come one by one, as each served waiter wakes the next (see attempt).
+// come one by one (see acquirePermits).
 func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload), 1) }
 
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
-	c := s.p.c
 	ns := strconv.Itoa(n)
-	a := attemptFunc(func(ctx context.Context) (int64, bool, error) { return s.attempt(ctx, ns) })
+	return s.p.c.acquirePermits(ctx, s.channel, limit, attemptFunc(func(ctx context.Context) (int64, bool, error) {
+		return s.attempt(ctx, ns)
+	}))
+}
+
+// acquirePermits is how both semaphores wait for permits, up to limit (0: one attempt;
+// negative: no limit), attempting with a. A Client's waiters are served in arrival order:
+// a newcomer joins behind them, only the first attempts (wait.ordered), and the first wakes
+// the next when it leaves — when it gave up, or when it was served and the next may be too
+// (its attempter wakes it then: see Semaphore.attempt).
+func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.Duration, a attempter) (bool, error) {
 	if limit == 0 {
-		_, ok, err := a(ctx)
+		_, ok, err := a.attempt(ctx)
 		return ok, err
 	}
-	// Waiters join: a newcomer queues behind the Client's waiters, and only the longest-waiting
-	// one attempts.
-	ok, err := c.acquire(ctx, wait{channel: s.channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true})
+	ok, err := c.acquire(ctx, wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true})
 	if !ok {
-		c.mux.Wake(s.channel) // the next waiter may be served where this one was not
+		c.mux.Wake(channel)
 	}
 	return ok, err
 }
 
 // attempt makes one acquisition of n permits. One that leaves permits (or cannot tell) wakes
-// the Client's next waiter: its turn.
+// the Client's next waiter: its turn. One that leaves none does not: with no lease to end,
+// only a release, whose message wakes the next waiter, can serve it.
 func (s *Semaphore) attempt(ctx context.Context, n string) (int64, bool, error) {
 	o := &s.p.owner
 	msg, err := s.p.request(ctx, func(latch, req string) script {

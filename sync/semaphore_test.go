@@ -78,7 +78,6 @@ func TestSemaphoreBadInput(t *testing.T) {
 		"SetPermits(-1)":    s.SetPermits(ctx, -1),
 		"AddPermits(-2^31)": s.AddPermits(ctx, -(1 << 31)),
 		"TryAcquire(0)":     func() error { _, err := s.TryAcquire(ctx, 0); return err }(),
-		"TryAcquire(Lease)": func() error { _, err := s.TryAcquire(ctx, 1, Lease(time.Second)); return err }(),
 		"TryAcquire(-wait)": func() error { _, err := s.TryAcquire(ctx, 1, WaitTime(-time.Second)); return err }(),
 		"TrySetPermits(-1)": func() error { _, err := s.TrySetPermits(ctx, -1); return err }(),
 		"empty name":        c.Semaphore("").Release(ctx, 1),
@@ -236,7 +235,16 @@ func TestSemaphoreWaiterThatLeavesPassesItsTurn(t *testing.T) {
 		small := make(chan error, 1)
 		go func() { small <- c.Semaphore(name).Acquire(ctx, 1) }()
 		waitersOn(t, c, s.channel, 2)
+		// A spy behind them sees the release's message arrive; the large request has taken
+		// its wake-up once none is pending.
+		eventually(t, 5*time.Second, "subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		spy, _, err := c.mux.Listen(s.channel, semaphorePolicy)
+		must(t, err)
+		defer spy.Close()
 		must(t, s.Release(ctx, 1)) // the large request is woken, and cannot be served
+		eventually(t, 5*time.Second, "the large request took its wake-up", func() bool {
+			return spy.Last() == "1" && c.mux.Pending(s.channel) == 0
+		})
 		cancelBig()
 		if err := <-big; !errors.Is(err, context.Canceled) {
 			t.Fatalf("large request: %v, want context.Canceled", err)

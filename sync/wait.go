@@ -189,10 +189,13 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			v = &got
 		}
 		if w.ordered && !sub.First() {
-			// Not its turn: the waiter ahead attempts, and one served wakes the next.
+			// Not its turn: the waiter ahead attempts, and wakes the next when it leaves (see
+			// the semaphores). Nor does it time re-checks by a hint, which only the first
+			// keeps fresh.
 			if !deadline.IsZero() && time.Until(deadline) <= 0 {
 				return false, nil
 			}
+			ttl = -1
 			continue
 		}
 		actx := ctx

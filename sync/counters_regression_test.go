@@ -1,0 +1,288 @@
+package sync
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// The most permits one call may take are taken and released: the scripts copy their IDs
+// without unpack, which Redis's Lua 5.1 refuses beyond its C stack (LUAI_MAXCSTACK = 8000).
+func TestPermitAcquireMostPermits(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, _ := newClient(t, b.Addr)
+		s := c.PermitSemaphore("review-many")
+		const n = maxPermitsPerCall // beyond what Lua's unpack takes on a small stack
+		must(t, s.SetPermits(ctx, n))
+		p, err := s.Acquire(ctx, n)
+		if err != nil {
+			t.Fatalf("Acquire(%d) of %d (documented limit %d): %v", n, n, maxPermitsPerCall, err)
+		}
+		if err := p.Release(ctx); err != nil {
+			t.Fatalf("Release of %d permits: %v", n, err)
+		}
+	})
+}
+
+// scriptSHA is the SHA1 the lua package's script file name (with lib.lua in front) is sent
+// under: a marker for the fault proxy that matches one script and nothing else.
+func scriptSHA(t *testing.T, file string) string {
+	t.Helper()
+	lib, err := os.ReadFile("../lua/lib.lua")
+	must(t, err)
+	body, err := os.ReadFile("../lua/" + file)
+	must(t, err)
+	sum := sha1.Sum(append(lib, body...))
+	return hex.EncodeToString(sum[:])
+}
+
+// An acquire of unknown outcome is cancelled whatever the handle does next: G1's acquire runs
+// and loses its reply, Redis becomes unreachable, G2's TryAcquire starts meanwhile on a
+// second owner, both end with ErrOutcomeUnknown, and the handle is then used one call at a
+// time. (With "settled before the handle's next request", G1's owner lay buried under G2's
+// in the pool and its 3 permits stayed taken for good.)
+func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "review-buried"
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(600*time.Millisecond))
+		warmCounters(t, c)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 5))
+
+		proxy.DropReplyAfter([]byte(scriptSHA(t, "sem_acquire.lua")))
+		g1 := make(chan error, 1)
+		go func() {
+			_, err := s.TryAcquire(ctx, 3) // runs: takes 3; its reply is lost
+			g1 <- err
+		}()
+		eventually(t, 5*time.Second, "the acquire's reply dropped", func() bool { return proxy.Dropped() == 1 })
+		proxy.Blackhole(true) // its repeats find Redis unreachable
+		time.Sleep(100 * time.Millisecond)
+		g2 := make(chan error, 1)
+		go func() {
+			_, err := s.TryAcquire(ctx, 1) // a concurrent call: a second owner of the pool
+			g2 <- err
+		}()
+		if err := <-g1; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("G1: %v, want ErrOutcomeUnknown", err)
+		}
+		if err := <-g2; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("G2: %v, want ErrOutcomeUnknown", err)
+		}
+		proxy.Blackhole(false)
+
+		// The handle is used one call at a time from now on.
+		for range 5 {
+			if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
+				t.Fatalf("TryAcquire: %v, %v", ok, err)
+			}
+			must(t, s.Release(ctx, 1))
+		}
+		eventually(t, 5*time.Second, "the unknown acquire's 3 permits given back", func() bool {
+			return available(t, ctx, s) == 5
+		})
+	})
+}
+
+// A Release that ran but whose reply was lost, with Redis then unreachable past the retry
+// budget, is repeated in the background as soon as Redis answers again — not at the
+// handle's next call, which could come after the request's mark expired (5 minutes) and
+// release twice.
+func TestSettleUnknownReleaseInBackground(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "settle-background"
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(300*time.Millisecond))
+		warmCounters(t, c)
+		admin := b.Client(t)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 5))
+		if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
+			t.Fatalf("TryAcquire: %v, %v", ok, err)
+		}
+
+		proxy.DropReplyAfter([]byte(scriptSHA(t, "sem_release.lua")))
+		rel := make(chan error, 1)
+		go func() { rel <- s.Release(ctx, 1) }() // runs: 5 available again; its reply is lost
+		eventually(t, 5*time.Second, "the release's reply dropped", func() bool { return proxy.Dropped() == 1 })
+		proxy.Blackhole(true)
+		if err := <-rel; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Release: %v, want ErrOutcomeUnknown", err)
+		}
+		settled := func() bool {
+			s.p.mu.Lock()
+			defer s.p.mu.Unlock()
+			return len(s.p.idle) == 1
+		}
+		if settled() {
+			t.Fatal("the unknown release's owner is back in the pool before Redis answered")
+		}
+		proxy.Blackhole(false)
+		eventually(t, 5*time.Second, "the release settled in the background", settled)
+		if n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64(); n != 5 || err != nil {
+			t.Fatalf("%d permits (%v) after the release and its repeat, want 5", n, err)
+		}
+
+		// Five minutes pass before the handle's next call: its request key expires.
+		keys, err := admin.Do(ctx, admin.B().Keys().Pattern("redisson_unlock_latch:{"+name+"}:*").Build()).AsStrSlice()
+		must(t, err)
+		for _, k := range keys {
+			must(t, admin.Do(ctx, admin.B().Del().Key(k).Build()).Error())
+		}
+		if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
+			t.Fatalf("TryAcquire: %v, %v", ok, err)
+		}
+		if n := available(t, ctx, s); n != 4 {
+			t.Fatalf("%d permits available with 1 of 5 taken, want 4: the release was run again", n)
+		}
+	})
+}
+
+// A waiter that is not first does not time its re-checks by the channel's hint, which only
+// the first keeps fresh: a hint in the past (the nearest lease had ended, and the first
+// waiter's later attempt found only a permit that never expires, which sets no new hint)
+// had it re-check every 1 ms for its whole wait. Counted with the wait's `also` hook, which
+// await calls once per turn of its loop; the situation comes from the public API and
+// Redisson's wire format.
+func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "review-spin"
+		c, rdb := newClient(t, b.Addr)
+		s := c.PermitSemaphore(name)
+		must(t, s.SetPermits(ctx, 2))
+		if _, err := s.Acquire(ctx, 1, Lease(150*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		// A Redisson process takes the other permit without a lease (§5.2: score 922337203685477).
+		must(t, rdb.Do(ctx, rdb.B().Decrby().Key(name).Decrement(1).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(s.timeouts).ScoreMember().ScoreMember(922337203685477, string(make([]byte, 16))).Build()).Error())
+
+		// The first waiter wants 2: its first attempt hints at the 150 ms lease; its attempt
+		// then reclaims that permit and finds only the one that never expires (no new hint).
+		first := make(chan error, 1)
+		go func() {
+			_, _, err := c.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(3*time.Second))
+			first <- err
+		}()
+		waitersOn(t, c, s.channel, 1)
+		time.Sleep(400 * time.Millisecond)
+		if n, _ := s.AvailablePermits(ctx); n != 1 {
+			t.Fatalf("%d available, want 1 (the leased permit reclaimed)", n)
+		}
+
+		// A second waiter joins: the same wait as PermitSemaphore's, counting its turns.
+		var turns atomic.Int64
+		a := attemptFunc(func(ctx context.Context) (int64, bool, error) { return -1, false, nil })
+		_, err := c.acquire(ctx, wait{channel: s.channel, policy: semaphorePolicy, limit: time.Second, join: true,
+			ordered: true, attempt: a, early: true, also: func() string { turns.Add(1); return "" }})
+		must(t, err)
+		if n := turns.Load(); n > 10 {
+			t.Fatalf("a joined waiter that is not first turned its loop %d times in 1 s", n)
+		}
+		<-first
+	})
+}
+
+// A deleted latch counts zero: its awaiters return on Delete's message, not at a re-check.
+func TestLatchDeleteReleasesAwaiters(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second) // the re-check is 30 s away
+		c, _ := newClient(t, b.Addr)
+		l := c.CountDownLatch("latch-delete")
+		must(t, func() error { _, err := l.TrySetCount(ctx, 1); return err }())
+		done := make(chan error, 1)
+		go func() { done <- c.CountDownLatch("latch-delete").Await(ctx) }()
+		waitersOn(t, c, l.channel, 1)
+		eventually(t, 5*time.Second, "subscribed", func() bool { return c.mux.Subscribed(l.channel) })
+		if ok, err := l.Delete(ctx); !ok || err != nil {
+			t.Fatalf("Delete: %v, %v", ok, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("Await after Delete: %v", err)
+		}
+	})
+}
+
+// UpdateLeaseTime never shortens a lease: were it to, Redis would give the permit back while
+// its Permits still say Valid, and another process would take it.
+func TestPermitUpdateLeaseTimeOnlyGrows(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "review-update-lease"
+		c1, _ := newClient(t, b.Addr)
+		c2, _ := newClient(t, b.Addr)
+		s := c1.PermitSemaphore(name)
+		must(t, s.SetPermits(ctx, 1))
+		p, err := s.Acquire(ctx, 1) // kept by the watchdog
+		must(t, err)
+		ok, err := s.UpdateLeaseTime(ctx, p.IDs()[0], 20*time.Millisecond)
+		if !ok || err != nil {
+			t.Fatalf("UpdateLeaseTime: %v, %v", ok, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		_, ok, err = c2.PermitSemaphore(name).TryAcquire(ctx, 1)
+		must(t, err)
+		if ok && p.Valid() {
+			t.Fatalf("another Client took the only permit while the holder's Permits are Valid (deadline %v)", func() time.Time { d, _ := p.Deadline(); return d }())
+		}
+	})
+}
+
+// A PermitSemaphore waiter that becomes first re-checks when the permit the waiter ahead took
+// expires: the served waiter wakes it, and its attempt learns the nearest expiry. (It used
+// to wait for its old timer, the watchdog timeout, though the permit came back after 200 ms.)
+func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "review-first-stale"
+		c, _ := newClient(t, b.Addr)
+		s := c.PermitSemaphore(name)
+		must(t, s.SetPermits(ctx, 1))
+		held, err := s.Acquire(ctx, 1) // kept by the watchdog: it expires 30 s ahead
+		must(t, err)
+
+		a := make(chan error, 1)
+		go func() {
+			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(200*time.Millisecond)) // then never released
+			a <- err
+		}()
+		waitersOn(t, c, s.channel, 1)
+		eventually(t, 5*time.Second, "subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		time.Sleep(50 * time.Millisecond)
+		bDone := make(chan time.Time, 1)
+		go func() {
+			if _, err := c.PermitSemaphore(name).Acquire(ctx, 1); err == nil {
+				bDone <- time.Now()
+			}
+		}()
+		waitersOn(t, c, s.channel, 2)
+		must(t, held.Release(ctx)) // A is served; its permit's lease ends 200 ms later
+		must(t, <-a)
+		expired := time.Now().Add(200 * time.Millisecond)
+		select {
+		case at := <-bDone:
+			t.Logf("B served %v after A's permit expired", at.Sub(expired))
+		case <-time.After(3 * time.Second):
+			t.Fatalf("B not served 3 s after A's 200 ms permit expired (waits for its 30 s timer)")
+		}
+	})
+}

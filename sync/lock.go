@@ -229,7 +229,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 		}
 	}
 	if join && o.c.maxHandoff > 0 {
-		a.heir = heir{o: o, lease: lease, leaseMs: leaseMs, attempt: a}
+		a.heir = heir{key: o.name, o: o, lease: lease, leaseMs: leaseMs, attempt: a}
 		w.heir = &a.heir
 	}
 	ok, err := o.c.acquire(ctx, w)

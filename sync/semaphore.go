@@ -36,9 +36,11 @@ import (
 // Only the longest-waiting one attempts; when it gets its permits and some are left, the next
 // attempts. So a large request is never overtaken by smaller ones of its Client, and a small
 // one waits behind a large one that cannot be served yet. (TryAcquire without WaitTime makes
-// its one attempt regardless.) Across Clients and Java processes there is no order: a
-// release wakes the longest-waiting waiter of every Client, and they race for the permits,
-// as Redisson's waiters do.
+// its one attempt regardless.) A Release hands its permits straight to the Client's
+// longest-waiting waiter, if that one waits for no more, with no request to Redis at all —
+// up to WithLocalHandoff times in a row; then the permits go back to Redis. Across Clients
+// and Java processes there is no order: a release to Redis wakes the longest-waiting waiter
+// of every Client, and they race for the permits, as Redisson's waiters do.
 //
 // A handle is safe for concurrent use, and concurrent calls on it do not wait for each
 // other: share one per process (or per Client) rather than making one per call. A release
@@ -135,6 +137,15 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := checkPermits("permits", n, 1); err != nil {
 		return err
 	}
+	if err := s.p.check(ctx); err != nil {
+		return err
+	}
+	c := s.p.c
+	if k := c.heirs.give(s.channel, n, c.maxHandoff); k > 0 {
+		if n -= k; n == 0 {
+			return nil
+		}
+	}
 	return s.add(ctx, n)
 }
 
@@ -160,7 +171,8 @@ func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 }
 
 // Acquire takes n permits, waiting as long as ctx allows. When ctx ends first it returns
-// ctx.Err() and holds none of them. An error wrapping ErrOutcomeUnknown means the permits
+// ctx.Err() and holds none of them — unless a release of its Client handed it the permits
+// at that moment: then it returns nil, holding them. An error wrapping ErrOutcomeUnknown means the permits
 // may have been taken with no reply: the Client gives them back as soon as Redis answers.
 // n must be in [1, 2³¹-1].
 func (s *Semaphore) Acquire(ctx context.Context, n int) error {
@@ -197,7 +209,7 @@ func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload
 
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
 	ns := strconv.Itoa(n)
-	return s.p.c.acquirePermits(ctx, s.channel, limit, attemptFunc(func(ctx context.Context) (int64, bool, error) {
+	return s.p.c.acquirePermits(ctx, s.channel, limit, n, attemptFunc(func(ctx context.Context) (int64, bool, error) {
 		return s.attempt(ctx, ns)
 	}))
 }
@@ -206,13 +218,18 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bo
 // negative: no limit), attempting with a. A Client's waiters are served in arrival order:
 // a newcomer joins behind them, only the first attempts (wait.ordered), and the first wakes
 // the next when it leaves — when it gave up, or when it was served and the next may be too
-// (its attempter wakes it then: see Semaphore.attempt).
-func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.Duration, a attempter) (bool, error) {
+// (its attempter wakes it then: see Semaphore.attempt). With handoff > 0, the number of
+// permits asked for, a local release may hand them to the wait (heirs.give).
+func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.Duration, handoff int, a attempter) (bool, error) {
 	if limit == 0 {
 		_, ok, err := a.attempt(ctx)
 		return ok, err
 	}
-	ok, err := c.acquire(ctx, wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true})
+	w := wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true}
+	if handoff > 0 && c.maxHandoff > 0 {
+		w.heir = &heir{key: channel, permits: handoff, attempt: a}
+	}
+	ok, err := c.acquire(ctx, w)
 	if !ok {
 		c.mux.Wake(channel)
 	}

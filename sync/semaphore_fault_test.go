@@ -92,18 +92,24 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 		ctx := testCtx(t, 10*time.Second)
 		const name = "unknown-acquire"
 		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(0)) // a lost reply is at once unknown
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(300*time.Millisecond))
 		warmCounters(t, c)
+		admin := b.Client(t)
 		s := c.Semaphore(name)
 		must(t, s.SetPermits(ctx, 5))
 		proxy.DropReplyAfter([]byte(name))
-		if err := s.Acquire(ctx, 3); !errors.Is(err, ErrOutcomeUnknown) {
-			t.Fatalf("Acquire with a lost reply and no retry budget: %v, want ErrOutcomeUnknown", err)
+		acq := make(chan error, 1)
+		go func() { acq <- s.Acquire(ctx, 3) }() // runs: takes 3; its reply is lost
+		eventually(t, 5*time.Second, "the acquire's reply dropped", func() bool { return proxy.Dropped() == 1 })
+		proxy.Blackhole(true) // and its repeats find Redis unreachable
+		if err := <-acq; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Acquire with a lost reply and Redis then unreachable: %v, want ErrOutcomeUnknown", err)
 		}
-		if n := available(t, ctx, s); n != 2 || proxy.Dropped() != 1 {
-			t.Fatalf("%d permits after the unknown acquire (dropped %d), want 2: its first run took 3", n, proxy.Dropped())
+		if n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64(); n != 2 || err != nil {
+			t.Fatalf("%d permits (%v) while Redis is unreachable, want 2: the first run took 3", n, err)
 		}
-		// The Client cancels it in the background, once Redis answers (here at once).
+		// The Client cancels it in the background, once Redis answers again.
+		proxy.Blackhole(false)
 		eventually(t, 5*time.Second, "the unknown acquire's 3 permits given back", func() bool {
 			return available(t, ctx, s) == 5
 		})
@@ -117,7 +123,6 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 			t.Fatalf("%d permits after the next acquire, want 4", n)
 		}
 		// The cancel marked the request stale: a late run of it changes nothing.
-		admin := b.Client(t)
 		keys := []string{name, latch, s.channel}
 		late := []string{"3", req, unlockLatchMs, "0", c.publishCmd} // the acquire, as its first run sent it
 		if v, err := lua.SemAcquire.Exec(ctx, admin, keys, late).ToMessage(); !v.IsNil() || (err != nil && !rueidis.IsRedisNil(err)) {

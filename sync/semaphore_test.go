@@ -284,3 +284,87 @@ func TestSemaphoreTryAcquireWaitTime(t *testing.T) {
 		}
 	})
 }
+
+// A Release hands its permits straight to its Client's longest-waiting waiter, with no
+// request to Redis and no message, up to WithLocalHandoff times in a row; the next release
+// goes to Redis, for every Client's waiters.
+func TestSemaphoreLocalHandoff(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "sem-handoff"
+		c, rdb := newClient(t, b.Addr, WithLocalHandoff(2))
+		sub := rawSubscribe(t, ctx, rdb, "redisson_sc:{"+name+"}")
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 1))
+		if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
+			t.Fatalf("TryAcquire: %v, %v", ok, err)
+		}
+		served := make(chan int, 4)
+		for i := range 4 {
+			go func() {
+				if err := c.Semaphore(name).Acquire(ctx, 1); err != nil {
+					t.Error(err)
+					return
+				}
+				served <- i
+			}()
+			waitersOn(t, c, s.channel, i+1)
+		}
+		sub.published(t, ctx) // the SetPermits
+		for i, handed := range []bool{true, true, false, true} {
+			// Every waiter is parked: none is attempting, woken by the subscription's
+			// confirmation, which may come late.
+			eventually(t, 5*time.Second, "the waiters parked", func() bool {
+				c.heirs.mu.Lock()
+				defer c.heirs.mu.Unlock()
+				for _, h := range c.heirs.queue[s.channel] {
+					if h.state.Load() != heirParked {
+						return false
+					}
+				}
+				return c.mux.Subscribed(s.channel) && c.mux.Pending(s.channel) == 0
+			})
+			must(t, s.Release(ctx, 1))
+			if got := <-served; got != i {
+				t.Fatalf("release %d served waiter %d, want %d (arrival order)", i+1, got, i)
+			}
+			got := sub.published(t, ctx)
+			if handed && (len(got) != 0 || available(t, ctx, s) != 0) {
+				t.Fatalf("release %d: published %q, %d available; want a hand-off: nothing", i+1, got, available(t, ctx, s))
+			}
+			if !handed && len(got) != 1 {
+				t.Fatalf("release %d: published %q; want the permit back in Redis after 2 hand-offs in a row", i+1, got)
+			}
+		}
+		must(t, s.Release(ctx, 1))
+		if n := available(t, ctx, s); n != 1 {
+			t.Fatalf("%d permits at the end, want 1", n)
+		}
+	})
+}
+
+// A waiter that wants more than a release gives is not handed part of it: the permits go to
+// Redis, and the waiter takes them all there once enough are back.
+func TestSemaphoreNoHandoffOfTooFewPermits(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "sem-handoff-few"
+		c, _ := newClient(t, b.Addr)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 0))
+		done := make(chan error, 1)
+		go func() { done <- c.Semaphore(name).Acquire(ctx, 2) }()
+		waitersOn(t, c, s.channel, 1)
+		must(t, s.Release(ctx, 1))
+		if n := available(t, ctx, s); n != 1 {
+			t.Fatalf("%d available after releasing 1 to a waiter of 2, want 1", n)
+		}
+		must(t, s.Release(ctx, 1))
+		must(t, <-done)
+		if n := available(t, ctx, s); n != 0 {
+			t.Fatalf("%d available, want 0", n)
+		}
+	})
+}

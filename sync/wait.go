@@ -188,24 +188,27 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			got := <-h.verdict // a release is handing the lock over: its reply decides
 			v = &got
 		}
+		if v != nil && v.handed {
+			if woken != nil {
+				woken.Requeue() // the wake-up was for someone else
+			}
+			return h.took(*v)
+		}
 		if w.ordered && !sub.First() {
 			// Not its turn: the waiter ahead attempts, and wakes the next when it leaves (see
 			// the semaphores). Nor does it time re-checks by a hint, which only the first
 			// keeps fresh.
+			if h != nil {
+				h.state.Store(heirParked)
+			}
 			if !deadline.IsZero() && time.Until(deadline) <= 0 {
-				return false, nil
+				return h.leave(ctx, nil)
 			}
 			ttl = -1
 			continue
 		}
 		actx := ctx
 		if v != nil {
-			if v.handed {
-				if woken != nil {
-					woken.Requeue() // the wake-up was for someone else
-				}
-				return h.took(*v)
-			}
 			// Not handed over: the heir attempts itself. If the release may have handed the
 			// lock over, this attempt must run whatever ctx says, and take over what it wrote.
 			h.state.Store(heirBusy)
@@ -266,9 +269,11 @@ func (c *Client) recheckAfter(ttlMs int64) time.Duration {
 // ends a run frees the lock and publishes, and every Client's waiters race for it.
 
 // An heir is one waiting acquisition that a releasing owner of the same Client may hand the
-// lock to.
+// lock to — or a semaphore's permits (o nil).
 type heir struct {
-	o       *owner
+	key     string        // what it waits for: a lock's name, a semaphore's channel
+	permits int           // a semaphore's: how many it waits for
+	o       *owner        // a lock's: its owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
 	attempt attempter // the acquisition's own attempt
@@ -297,6 +302,7 @@ const (
 type heirs struct {
 	mu    gosync.Mutex
 	queue map[string][]*heir
+	runs  map[string]int // a semaphore's local hand-offs in a row
 }
 
 func (q *heirs) add(h *heir) {
@@ -306,13 +312,13 @@ func (q *heirs) add(h *heir) {
 	if q.queue == nil {
 		q.queue = make(map[string][]*heir)
 	}
-	q.queue[h.o.name] = append(q.queue[h.o.name], h)
+	q.queue[h.key] = append(q.queue[h.key], h)
 }
 
 func (q *heirs) remove(h *heir) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	hs := q.queue[h.o.name]
+	hs := q.queue[h.key]
 	for i, x := range hs {
 		if x == h {
 			hs = append(hs[:i], hs[i+1:]...)
@@ -320,9 +326,9 @@ func (q *heirs) remove(h *heir) {
 		}
 	}
 	if len(hs) == 0 {
-		delete(q.queue, h.o.name)
+		delete(q.queue, h.key)
 	} else {
-		q.queue[h.o.name] = hs
+		q.queue[h.key] = hs
 	}
 }
 
@@ -345,6 +351,26 @@ func (q *heirs) reserve(name string) *heir {
 	return nil
 }
 
+// give hands n permits of the semaphore key to its longest-waiting heir, if that one is
+// parked and waits for at most n, and returns how many it took (0: none). The first heir
+// only: another that took them would overtake it. And at most max in a row (see
+// WithLocalHandoff): then the permits go back to Redis, for every Client's waiters.
+func (q *heirs) give(key string, n, max int) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	hs := q.queue[key]
+	if len(hs) == 0 || q.runs[key] >= max || hs[0].permits > n || !hs[0].state.CompareAndSwap(heirParked, heirReserved) {
+		delete(q.runs, key)
+		return 0
+	}
+	if q.runs == nil {
+		q.runs = make(map[string]int)
+	}
+	q.runs[key]++
+	hs[0].verdict <- verdict{handed: true}
+	return hs[0].permits
+}
+
 // decide records what the release that reserved h did — handed, sent at sent as the run-th
 // hand-off in a row; or, with its outcome unknown, maybe — gives h's owner back its op and
 // tells h.
@@ -364,7 +390,7 @@ func (h *heir) decide(handed, unknown bool, sent time.Time, run int) {
 // much later (the process paused).
 func (h *heir) took(v verdict) (bool, error) {
 	h.state.Store(heirGone)
-	if v.err == nil && !h.o.valid() {
+	if v.err == nil && h.o != nil && !h.o.valid() {
 		_ = h.o.lock(context.Background())
 		v.err = h.o.lost("the lease ran out before the hand-off was taken")
 		h.o.unlock()

@@ -418,7 +418,7 @@ func semTable(b *strings.Builder, rows []semRow, i int, cols []semColumn) {
 		cells = append(cells, line)
 	}
 	for _, r := range rows {
-		if r.c.peer || naive == nil || i >= len(r.res) {
+		if r.c.peer || r.c.baseline || naive == nil || i >= len(r.res) {
 			continue
 		}
 		line := []string{"**" + r.c.name + " ÷ naive**"}

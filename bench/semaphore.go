@@ -32,10 +32,11 @@ func semScenarios() []scenario {
 
 // A semContender is one semaphore under test; open connects a session to the server at addr.
 type semContender struct {
-	name string
-	peer bool   // what latchkey is compared against
-	note string // how its workers hold their handles, for the report
-	open func(addr string) (semSession, error)
+	name     string
+	peer     bool   // what latchkey is compared against
+	baseline bool   // no Redis at all: what the harness itself reaches, with no ratio
+	note     string // how its workers hold their handles, for the report
+	open     func(addr string) (semSession, error)
 }
 
 type semSession interface {
@@ -59,7 +60,56 @@ func semContenders() []semContender {
 			note: "one handle per worker, for contrast: it should make no difference, as concurrent calls on a shared handle each use an idle request key of its own"},
 		{name: "naive Semaphore (INCR/DECR)", peer: true, open: openNaiveSem,
 			note: "INCR; above the limit DECR back and retry in " + fmt.Sprint(naiveRetry) + "; release DECR"},
+		{name: "in-process channel Semaphore (no Redis)", baseline: true, open: openLocalSem(),
+			note: "a buffered Go channel of " + fmt.Sprint(semPermits) + " shared by every session, no network at all: what these workers, holds and this machine reach when nothing but the scheduler is in the way — the practical ceiling, where the formula's is the theoretical one"},
 	}
+}
+
+// local: a channel semaphore that every session of the contender shares — the baseline.
+
+// localSems are the channels of the baseline's keys, shared by its sessions.
+type localSems struct {
+	mu gosync.Mutex
+	m  map[string]chan struct{}
+}
+
+type localSemSession struct{ sems *localSems }
+
+// openLocalSem returns an open whose sessions share one channel per key.
+func openLocalSem() func(string) (semSession, error) {
+	sems := &localSems{m: map[string]chan struct{}{}}
+	return func(string) (semSession, error) { return localSemSession{sems}, nil }
+}
+
+func (s localSemSession) reset(_ context.Context, key string) error {
+	s.sems.mu.Lock()
+	defer s.sems.mu.Unlock()
+	s.sems.m[key] = make(chan struct{}, semPermits)
+	return nil
+}
+
+func (s localSemSession) semaphore(key string) semaphore {
+	s.sems.mu.Lock()
+	defer s.sems.mu.Unlock()
+	return localSem(s.sems.m[key])
+}
+
+func (localSemSession) close() {}
+
+type localSem chan struct{}
+
+func (m localSem) acquire(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m localSem) release(context.Context) error {
+	<-m
+	return nil
 }
 
 // latchkey: one dsync.Client per session; with shared, one Semaphore handle per key that the

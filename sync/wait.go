@@ -340,7 +340,7 @@ func (q *heirs) reserve(name string) *heir {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, h := range q.queue[name] {
-		if h.state.Load() != heirParked || !h.o.tryLock() {
+		if h.o == nil || h.state.Load() != heirParked || !h.o.tryLock() { // h.o nil: a semaphore's, keyed by a channel
 			continue
 		}
 		if h.o.count == 0 && h.o.unsettled == nil && !h.o.unsure && h.state.CompareAndSwap(heirParked, heirReserved) {
@@ -359,7 +359,8 @@ func (q *heirs) give(key string, n, max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	hs := q.queue[key]
-	if len(hs) == 0 || q.runs[key] >= max || hs[0].permits > n || !hs[0].state.CompareAndSwap(heirParked, heirReserved) {
+	if len(hs) == 0 || hs[0].o != nil || q.runs[key] >= max || hs[0].permits > n ||
+		!hs[0].state.CompareAndSwap(heirParked, heirReserved) {
 		delete(q.runs, key)
 		return 0
 	}

@@ -256,7 +256,12 @@ func (s *PermitSemaphore) Release(ctx context.Context, ids ...string) error {
 	}
 	live, err := s.release(ctx, ids)
 	if err == nil && live >= 0 && live < len(ids) {
-		err = fmt.Errorf("%w: %q: %d of %d permits were not acquired or had expired", ErrNotHeld, s.p.name, len(ids)-live, len(ids))
+		named := ids
+		if len(named) > 4 {
+			named = append(ids[:4:4], "…")
+		}
+		err = fmt.Errorf("%w: %q: %d of the permits %s were not acquired or had expired",
+			ErrNotHeld, s.p.name, len(ids)-live, strings.Join(named, ", "))
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"testing"
@@ -268,8 +269,8 @@ func TestPermitSemaphoreWire(t *testing.T) {
 			t.Fatalf("score after UpdateLeaseTime a minute: %v from now", left)
 		}
 		must(t, s.Release(ctx, javaID))
-		if err := s.Release(ctx, javaID); !errors.Is(err, ErrNotHeld) {
-			t.Fatalf("second release of an ID: %v, want ErrNotHeld", err)
+		if err := s.Release(ctx, javaID); !errors.Is(err, ErrNotHeld) || !strings.Contains(err.Error(), javaID) {
+			t.Fatalf("second release of an ID: %v, want ErrNotHeld naming the ID", err)
 		}
 		if got := sub.published(t, ctx); !slices.Equal(got, []string{"2", "2"}) {
 			t.Fatalf("published %q, want [2 2] (SetPermits: the total; release: the new total)", got)

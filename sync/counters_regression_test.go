@@ -209,8 +209,7 @@ func TestLatchDeleteReleasesAwaiters(t *testing.T) {
 		must(t, func() error { _, err := l.TrySetCount(ctx, 1); return err }())
 		done := make(chan error, 1)
 		go func() { done <- c.CountDownLatch("latch-delete").Await(ctx) }()
-		waitersOn(t, c, l.channel, 1)
-		eventually(t, 5*time.Second, "subscribed", func() bool { return c.mux.Subscribed(l.channel) })
+		listeningOn(t, c, l.channel, 1)
 		if ok, err := l.Delete(ctx); !ok || err != nil {
 			t.Fatalf("Delete: %v, %v", ok, err)
 		}
@@ -265,8 +264,7 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(200*time.Millisecond)) // then never released
 			a <- err
 		}()
-		waitersOn(t, c, s.channel, 1)
-		eventually(t, 5*time.Second, "subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		listeningOn(t, c, s.channel, 1)
 		time.Sleep(50 * time.Millisecond)
 		bDone := make(chan time.Time, 1)
 		go func() {

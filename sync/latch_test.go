@@ -144,10 +144,7 @@ func TestLatchWire(t *testing.T) {
 		must(t, func() error { _, err := l.TrySetCount(ctx, 1); return err }())
 		done := make(chan error, 1)
 		go func() { done <- c.CountDownLatch(name).Await(ctx) }()
-		waitersOn(t, c, l.channel, 1)
-		eventually(t, 5*time.Second, "the awaiter subscribed", func() bool {
-			return c.mux.Subscribed(l.channel)
-		})
+		listeningOn(t, c, l.channel, 1)
 		javaCountDown := "local v = redis.call('decr', KEYS[1]); if v <= 0 then redis.call('del', KEYS[1]) end; " +
 			"if v == 0 then redis.call('publish', KEYS[2], 0) end"
 		must(t, rdb.Do(ctx, rdb.B().Eval().Script(javaCountDown).Numkeys(2).Key(name, l.channel).Build()).Error())
@@ -184,8 +181,7 @@ func TestSemaphoreWire(t *testing.T) {
 
 		done := make(chan error, 1)
 		go func() { done <- c.Semaphore(name).Acquire(ctx, 2) }()
-		waitersOn(t, c, s.channel, 1)
-		eventually(t, 5*time.Second, "the waiter subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		listeningOn(t, c, s.channel, 1)
 		must(t, rdb.Do(ctx, rdb.B().Incrby().Key(name).Increment(2).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(s.channel).Message("2").Build()).Error())
 		select {

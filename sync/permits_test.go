@@ -290,8 +290,7 @@ func TestPermitSemaphoreWire(t *testing.T) {
 			}
 			done <- err
 		}()
-		waitersOn(t, c, s.channel, 1)
-		eventually(t, 5*time.Second, "the waiter subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		listeningOn(t, c, s.channel, 1)
 		raw, _ = hex.DecodeString(held.IDs()[0])
 		must(t, rdb.Do(ctx, rdb.B().Zrem().Key(s.timeouts).Member(string(raw)).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Incrby().Key(name).Increment(1).Build()).Error())

@@ -176,6 +176,14 @@ func waitersOn(t *testing.T, c *Client, channel string, n int) {
 	})
 }
 
+// listeningOn waits until c has n local waiters on channel and the channel is subscribed:
+// a message published from then on reaches them.
+func listeningOn(t *testing.T, c *Client, channel string, n int) {
+	t.Helper()
+	waitersOn(t, c, channel, n)
+	eventually(t, 5*time.Second, "subscribed to "+channel, func() bool { return c.mux.Subscribed(channel) })
+}
+
 // Within a Client, waiters are served in arrival order: a small request does not overtake
 // a large one ahead of it, and the large one is served as soon as its permits are there.
 func TestSemaphoreServesClientWaitersInArrivalOrder(t *testing.T) {
@@ -234,10 +242,9 @@ func TestSemaphoreWaiterThatLeavesPassesItsTurn(t *testing.T) {
 		waitersOn(t, c, s.channel, 1)
 		small := make(chan error, 1)
 		go func() { small <- c.Semaphore(name).Acquire(ctx, 1) }()
-		waitersOn(t, c, s.channel, 2)
+		listeningOn(t, c, s.channel, 2)
 		// A spy behind them sees the release's message arrive; the large request has taken
 		// its wake-up once none is pending.
-		eventually(t, 5*time.Second, "subscribed", func() bool { return c.mux.Subscribed(s.channel) })
 		spy, _, err := c.mux.Listen(s.channel, semaphorePolicy)
 		must(t, err)
 		defer spy.Close()

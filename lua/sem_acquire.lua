@@ -3,9 +3,10 @@
 -- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel;
 -- ARGV[1] permits, ARGV[2] request number, ARGV[3] latch PX ms, ARGV[4] 1 to cancel request
 -- ARGV[2] rather than make it, ARGV[5] publish command.
--- Reply: the permits left after taking ARGV[1] (-1 from a repeat: not known), or nil when
--- fewer were available (a missing key has none; nothing changes). A cancel gives back what
--- the request took, if it ran and took, and replies as cancel does. Safe to repeat.
+-- Reply: the permits left after taking ARGV[1] (-1 from a repeat: not known), or, when fewer
+-- were available, {the permits available} (a missing key has none; nothing changes; nil
+-- from a repeat). A cancel gives back what the request took, if it ran and took, and
+-- replies as cancel does. Safe to repeat.
 local n, req = tonumber(ARGV[1]), tonumber(ARGV[2])
 if ARGV[4] == '1' then
     return cancel(KEYS[2], ARGV[3], req, function()
@@ -13,9 +14,10 @@ if ARGV[4] == '1' then
     end)
 end
 return numbered(KEYS[2], ARGV[3], req, -1, function()
-    local left = tonumber(redis.call('get', KEYS[1]) or '0') - n
+    local available = tonumber(redis.call('get', KEYS[1]) or '0')
+    local left = available - n
     if left < 0 then
-        return nil
+        return { available }, true
     end
     redis.call('decrby', KEYS[1], n)
     return left

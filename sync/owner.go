@@ -252,6 +252,13 @@ func (p *pool) settle(o *owner) {
 	ctx, cancel := context.WithDeadline(context.Background(), o.unsettled.sent.Add(unlockLatch-settleMargin))
 	defer cancel()
 	_ = o.lock(ctx) // free: no one else has o
+	if c.isClosed() {
+		// Closed before the lock was taken: the janitor may have deleted o's latch, and a
+		// repeat would find no mark.
+		c.log.Warn("a request's outcome stays unknown: the Client closed", zap.String("name", o.name))
+		o.unlock()
+		return
+	}
 	backoff := retryBackoff
 	for {
 		err := o.settle(ctx)

@@ -198,7 +198,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 		sent = time.Now()
 		return s.attempt(ctx, ids, ttl)
 	})
-	ok, err := c.acquirePermits(ctx, s.channel, limit, 0, a) // permits are not handed on: they carry their IDs and leases
+	ok, err := c.acquirePermits(ctx, s.channel, limit, nil, a) // permits are not handed on: they carry their IDs and leases
 	if !ok {
 		return nil, false, err
 	}

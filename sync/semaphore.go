@@ -37,7 +37,7 @@ import (
 // attempts. So a large request is never overtaken by smaller ones of its Client, and a small
 // one waits behind a large one that cannot be served yet. (TryAcquire without WaitTime makes
 // its one attempt regardless.) A Release hands its permits straight to the Client's
-// longest-waiting waiter, if that one waits for no more, with no request to Redis at all —
+// longest-waiting waiter, if that one waits for as many, with no request to Redis at all —
 // up to WithLocalHandoff times in a row; then the permits go back to Redis. Across Clients
 // and Java processes there is no order: a release to Redis wakes the longest-waiting waiter
 // of every Client, and they race for the permits, as Redisson's waiters do.
@@ -141,10 +141,8 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 		return err
 	}
 	c := s.p.c
-	if k := c.heirs.give(s.channel, n, c.maxHandoff); k > 0 {
-		if n -= k; n == 0 {
-			return nil
-		}
+	if c.heirs.give(s.channel, n, c.maxHandoff) {
+		return nil
 	}
 	return s.add(ctx, n)
 }
@@ -208,38 +206,51 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOpt
 func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload), 1) }
 
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
+	c := s.p.c
 	ns := strconv.Itoa(n)
-	return s.p.c.acquirePermits(ctx, s.channel, limit, n, attemptFunc(func(ctx context.Context) (int64, bool, error) {
-		return s.attempt(ctx, ns)
-	}))
+	var h *heir
+	if limit != 0 && c.maxHandoff > 0 {
+		h = &heir{key: s.channel, permits: n}
+	}
+	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
+		ok, more, err := s.attempt(ctx, ns)
+		if h != nil {
+			h.more.Store(more)
+		}
+		return -1, ok, err
+	})
+	if h != nil {
+		h.attempt = a
+	}
+	return c.acquirePermits(ctx, s.channel, limit, h, a)
 }
 
 // acquirePermits is how both semaphores wait for permits, up to limit (0: one attempt;
 // negative: no limit), attempting with a. A Client's waiters are served in arrival order:
 // a newcomer joins behind them, only the first attempts (wait.ordered), and the first wakes
 // the next when it leaves — when it gave up, or when it was served and the next may be too
-// (its attempter wakes it then: see Semaphore.attempt). With handoff > 0, the number of
-// permits asked for, a local release may hand them to the wait (heirs.give).
-func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.Duration, handoff int, a attempter) (bool, error) {
+// (its attempter wakes it then: see Semaphore.attempt). With h, a local release may hand
+// the wait its permits (heirs.give); one handed them that had seen permits too few for it
+// in Redis wakes the next waiter, for which they may be enough: nothing else would, as a
+// hand-off sends no message.
+func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.Duration, h *heir, a attempter) (bool, error) {
 	if limit == 0 {
 		_, ok, err := a.attempt(ctx)
 		return ok, err
 	}
-	w := wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true}
-	if handoff > 0 && c.maxHandoff > 0 {
-		w.heir = &heir{key: channel, permits: handoff, attempt: a}
-	}
+	w := wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true, heir: h}
 	ok, err := c.acquire(ctx, w)
-	if !ok {
+	if !ok || (h != nil && h.state.Load() == heirGone && h.more.Load()) {
 		c.mux.Wake(channel)
 	}
 	return ok, err
 }
 
-// attempt makes one acquisition of n permits. One that leaves permits (or cannot tell) wakes
-// the Client's next waiter: its turn. One that leaves none does not: with no lease to end,
-// only a release, whose message wakes the next waiter, can serve it.
-func (s *Semaphore) attempt(ctx context.Context, n string) (int64, bool, error) {
+// attempt makes one acquisition of n permits, and reports when it fails whether it found
+// some permits (or cannot tell). One that leaves permits (or cannot tell) wakes the
+// Client's next waiter: its turn. One that leaves none does not: with no lease to end, only
+// a release, whose message wakes the next waiter, can serve it.
+func (s *Semaphore) attempt(ctx context.Context, n string) (ok, more bool, err error) {
 	o := &s.p.owner
 	msg, err := s.p.request(ctx, func(latch, req string) script {
 		return script{lua.SemAcquire, []string{o.name, latch, s.channel},
@@ -248,15 +259,22 @@ func (s *Semaphore) attempt(ctx context.Context, n string) (int64, bool, error) 
 		args[3] = "1" // repeated as a cancel: the caller was told the permits are not its
 		return args
 	})
-	if err != nil || msg.IsNil() {
-		return -1, false, err
+	if err != nil {
+		return false, false, err
+	}
+	if msg.IsNil() {
+		return false, true, nil // a repeat of an attempt that failed: what it found is not known
+	}
+	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) == 1 {
+		avail, err := arr[0].AsInt64()
+		return false, avail > 0, o.wrap(err)
 	}
 	left, err := msg.AsInt64()
 	if err != nil {
-		return -1, false, o.wrap(err)
+		return false, false, o.wrap(err)
 	}
 	if left != 0 {
 		o.c.mux.Wake(s.channel)
 	}
-	return -1, true, nil
+	return true, false, nil
 }

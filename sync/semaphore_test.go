@@ -373,5 +373,19 @@ func TestSemaphoreNoHandoffOfTooFewPermits(t *testing.T) {
 		if n := available(t, ctx, s); n != 0 {
 			t.Fatalf("%d available, want 0", n)
 		}
+
+		// All or nothing: a release of 2 to a waiter of 1 goes to Redis whole, so that a
+		// release is never half done here and half refused there.
+		go func() { done <- c.Semaphore(name).Acquire(ctx, 1) }()
+		listeningOn(t, c, s.channel, 1)
+		sub := rawSubscribe(t, ctx, b.Client(t), s.channel)
+		must(t, s.Release(ctx, 2))
+		must(t, <-done)
+		if got := sub.published(t, ctx); len(got) != 1 || got[0] != "2" {
+			t.Fatalf("a release of 2 to a waiter of 1 published %q, want [2]: it goes to Redis whole", got)
+		}
+		if n := available(t, ctx, s); n != 1 {
+			t.Fatalf("%d available, want 1", n)
+		}
 	})
 }

@@ -134,6 +134,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 	h := w.heir
 	var verdicts <-chan verdict
 	if h != nil {
+		h.sub = sub
 		c.heirs.add(h)
 		defer c.heirs.remove(h)
 		verdicts = h.verdict
@@ -271,8 +272,12 @@ func (c *Client) recheckAfter(ttlMs int64) time.Duration {
 // An heir is one waiting acquisition that a releasing owner of the same Client may hand the
 // lock to — or a semaphore's permits (o nil).
 type heir struct {
-	key     string        // what it waits for: a lock's name, a semaphore's channel
-	permits int           // a semaphore's: how many it waits for
+	key     string         // what it waits for: a lock's name, a semaphore's channel
+	permits int            // a semaphore's: how many it waits for
+	sub     *pubsub.Waiter // its registration on the channel: a semaphore's is handed permits only while first
+	// more, a semaphore's: its latest attempt found permits (or may have), too few for it
+	// (see acquirePermits).
+	more    atomic.Bool
 	o       *owner        // a lock's: its owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
@@ -327,6 +332,7 @@ func (q *heirs) remove(h *heir) {
 	}
 	if len(hs) == 0 {
 		delete(q.queue, h.key)
+		delete(q.runs, h.key)
 	} else {
 		q.queue[h.key] = hs
 	}
@@ -351,25 +357,27 @@ func (q *heirs) reserve(name string) *heir {
 	return nil
 }
 
-// give hands n permits of the semaphore key to its longest-waiting heir, if that one is
-// parked and waits for at most n, and returns how many it took (0: none). The first heir
-// only: another that took them would overtake it. And at most max in a row (see
-// WithLocalHandoff): then the permits go back to Redis, for every Client's waiters.
-func (q *heirs) give(key string, n, max int) int {
+// give hands n permits of the semaphore key to the Client's first waiter for them, if it
+// is parked (not in an attempt of its own) and waits for exactly n, and reports whether it
+// did. The first only — by the channel's order, which the heirs' may not yet match: another
+// would overtake it. All n or none, so that a release is either done here or entirely
+// Redis's. And at most max in a row (see WithLocalHandoff): then the permits go back to
+// Redis, for every Client's waiters.
+func (q *heirs) give(key string, n, max int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	hs := q.queue[key]
-	if len(hs) == 0 || hs[0].o != nil || q.runs[key] >= max || hs[0].permits > n ||
+	if len(hs) == 0 || hs[0].o != nil || q.runs[key] >= max || hs[0].permits != n || !hs[0].sub.First() ||
 		!hs[0].state.CompareAndSwap(heirParked, heirReserved) {
 		delete(q.runs, key)
-		return 0
+		return false
 	}
 	if q.runs == nil {
 		q.runs = make(map[string]int)
 	}
 	q.runs[key]++
 	hs[0].verdict <- verdict{handed: true}
-	return hs[0].permits
+	return true
 }
 
 // decide records what the release that reserved h did — handed, sent at sent as the run-th

@@ -1,0 +1,144 @@
+package sync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// parked waits until every heir of channel is parked and no wake-up is pending.
+func parked(t *testing.T, c *Client, channel string, n int) {
+	t.Helper()
+	eventually(t, 5*time.Second, "the waiters parked", func() bool {
+		c.heirs.mu.Lock()
+		defer c.heirs.mu.Unlock()
+		if len(c.heirs.queue[channel]) != n {
+			return false
+		}
+		for _, h := range c.heirs.queue[channel] {
+			if h.state.Load() != heirParked {
+				return false
+			}
+		}
+		return c.mux.Subscribed(channel) && c.mux.Pending(channel) == 0
+	})
+}
+
+// A waiter handed permits after its attempt found some in Redis, too few for it, wakes the
+// waiter behind it: a hand-off sends no message, and that one, which never attempted (it
+// was not first), would otherwise wait for its 30 s re-check although Redis has the permit
+// it wants.
+func TestSemaphoreHandoffWakesNextWaiter(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "r2-strand"
+		c, _ := newClient(t, b.Addr)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 1)) // one permit in Redis
+		big := make(chan error, 1)
+		go func() { big <- c.Semaphore(name).Acquire(ctx, 2) }() // cannot be served: 1 < 2
+		waitersOn(t, c, s.channel, 1)
+		smallCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		small := make(chan error, 1)
+		go func() { small <- c.Semaphore(name).Acquire(smallCtx, 1) }() // queued behind big
+		waitersOn(t, c, s.channel, 2)
+		parked(t, c, s.channel, 2)
+		must(t, s.Release(ctx, 2)) // handed to big locally: no script, no message
+		if err := <-big; err != nil {
+			t.Fatalf("big: %v", err)
+		}
+		if err := <-small; err != nil {
+			t.Fatalf("small (wants 1, Redis has 1) not served within 3 s: %v", err)
+		}
+	})
+}
+
+// The heirs' queue can lag the channel's order: a waiter that Listens (the channel lingering
+// subscribed) is first on the channel but joins the heirs only after its attempt's round
+// trip; a later waiter that Joins meanwhile is queued as heir first. A local Release must
+// not hand it the permits: a small request would overtake a large one ahead of it.
+func TestSemaphoreHandoffFollowsChannelOrder(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		if b.Name != redistest.NameRedis {
+			t.Skip("needs a server busy in a script")
+		}
+		ctx := testCtx(t, 10*time.Second)
+		const name = "r2-overtake"
+		c, rdb := newClient(t, b.Addr)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 0))
+		// Subscribe the channel and leave it lingering.
+		spy, err := c.mux.Subscribe(s.channel, semaphorePolicy)
+		must(t, err)
+		eventually(t, 5*time.Second, "subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		spy.Close()
+		// Redis busy for a while: the large request's first attempt is slow.
+		sleeper := redistest.ClientFor(t, b.Addr)
+		busy := "local t0 = redis.call('TIME'); local s0 = t0[1]*1e6 + t0[2]; " +
+			"for i = 1, 1e9 do local t = redis.call('TIME'); if t[1]*1e6 + t[2] - s0 > 500000 then break end end; return 1"
+		must(t, sleeper.Do(ctx, sleeper.B().Ping().Build()).Error())
+		go sleeper.Do(context.Background(), sleeper.B().Eval().Script(busy).Numkeys(0).Build())
+		time.Sleep(50 * time.Millisecond)
+		_ = rdb
+		order := make(chan string, 2)
+		go func() {
+			if err := c.Semaphore(name).Acquire(ctx, 2); err == nil {
+				order <- "large"
+			}
+		}()
+		waitersOn(t, c, s.channel, 1) // listening, its attempt on its way
+		go func() {
+			if err := c.Semaphore(name).Acquire(ctx, 1); err == nil {
+				order <- "small"
+			}
+		}()
+		waitersOn(t, c, s.channel, 2)
+		eventually(t, 5*time.Second, "small queued as heir", func() bool {
+			c.heirs.mu.Lock()
+			defer c.heirs.mu.Unlock()
+			return len(c.heirs.queue[s.channel]) == 1
+		})
+		must(t, s.Release(ctx, 1)) // must go to Redis (the first waiter wants 2), not to small
+		select {
+		case who := <-order:
+			t.Fatalf("%s served by a release of 1 while the large request (arrived first) waits", who)
+		case <-time.After(700 * time.Millisecond):
+		}
+	})
+}
+
+// The count of hand-offs in a row goes with a semaphore's last waiter: with many short-lived
+// semaphore names it would otherwise only grow.
+func TestSemaphoreHandoffRunsForgotten(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		for i := range 20 {
+			name := "r2-runs-" + string(rune('a'+i))
+			s := c.Semaphore(name)
+			must(t, s.SetPermits(ctx, 0))
+			got := make(chan error, 1)
+			go func() { got <- c.Semaphore(name).Acquire(ctx, 1) }()
+			parked(t, c, s.channel, 1)
+			must(t, s.Release(ctx, 1))
+			must(t, <-got)
+		}
+		eventually(t, 2*time.Second, "heirs removed", func() bool {
+			c.heirs.mu.Lock()
+			defer c.heirs.mu.Unlock()
+			return len(c.heirs.queue) == 0
+		})
+		c.heirs.mu.Lock()
+		n := len(c.heirs.runs)
+		c.heirs.mu.Unlock()
+		if n != 0 {
+			t.Errorf("heirs.runs holds %d entries with no waiter left", n)
+		}
+	})
+}

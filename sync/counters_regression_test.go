@@ -61,14 +61,10 @@ func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
 		s := c.Semaphore(name)
 		must(t, s.SetPermits(ctx, 5))
 
-		proxy.DropReplyAfter([]byte(scriptSHA(t, "sem_acquire.lua")))
-		g1 := make(chan error, 1)
-		go func() {
-			_, err := s.TryAcquire(ctx, 3) // runs: takes 3; its reply is lost
-			g1 <- err
-		}()
-		eventually(t, 5*time.Second, "the acquire's reply dropped", func() bool { return proxy.Dropped() == 1 })
-		proxy.Blackhole(true) // its repeats find Redis unreachable
+		g1 := lostThenUnreachable(t, proxy, scriptSHA(t, "sem_acquire.lua"), func() error {
+			_, err := s.TryAcquire(ctx, 3) // takes 3
+			return err
+		})
 		time.Sleep(100 * time.Millisecond)
 		g2 := make(chan error, 1)
 		go func() {
@@ -115,11 +111,9 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 			t.Fatalf("TryAcquire: %v, %v", ok, err)
 		}
 
-		proxy.DropReplyAfter([]byte(scriptSHA(t, "sem_release.lua")))
-		rel := make(chan error, 1)
-		go func() { rel <- s.Release(ctx, 1) }() // runs: 5 available again; its reply is lost
-		eventually(t, 5*time.Second, "the release's reply dropped", func() bool { return proxy.Dropped() == 1 })
-		proxy.Blackhole(true)
+		rel := lostThenUnreachable(t, proxy, scriptSHA(t, "sem_release.lua"), func() error {
+			return s.Release(ctx, 1) // 5 available again
+		})
 		if err := <-rel; !errors.Is(err, ErrOutcomeUnknown) {
 			t.Fatalf("Release: %v, want ErrOutcomeUnknown", err)
 		}

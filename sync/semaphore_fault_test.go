@@ -33,6 +33,20 @@ func warmCounters(t *testing.T, c *Client) {
 	must(t, err)
 }
 
+// lostThenUnreachable starts call, whose first request containing marker runs but loses its
+// reply, and makes Redis unreachable then, so that its repeats get none either: call ends
+// with its outcome unknown, delivered on the channel returned.
+func lostThenUnreachable(t *testing.T, proxy *redistest.Proxy, marker string, call func() error) <-chan error {
+	t.Helper()
+	dropped := proxy.Dropped()
+	proxy.DropReplyAfter([]byte(marker))
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	eventually(t, 5*time.Second, "the reply dropped", func() bool { return proxy.Dropped() == dropped+1 })
+	proxy.Blackhole(true)
+	return done
+}
+
 // A request whose reply is lost is repeated, and acts once: a release gives its permits
 // once, an acquire takes them once, a count-down counts once.
 func TestCountersLostReplyActsOnce(t *testing.T) {
@@ -97,11 +111,7 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 		admin := b.Client(t)
 		s := c.Semaphore(name)
 		must(t, s.SetPermits(ctx, 5))
-		proxy.DropReplyAfter([]byte(name))
-		acq := make(chan error, 1)
-		go func() { acq <- s.Acquire(ctx, 3) }() // runs: takes 3; its reply is lost
-		eventually(t, 5*time.Second, "the acquire's reply dropped", func() bool { return proxy.Dropped() == 1 })
-		proxy.Blackhole(true) // and its repeats find Redis unreachable
+		acq := lostThenUnreachable(t, proxy, name, func() error { return s.Acquire(ctx, 3) }) // takes 3
 		if err := <-acq; !errors.Is(err, ErrOutcomeUnknown) {
 			t.Fatalf("Acquire with a lost reply and Redis then unreachable: %v, want ErrOutcomeUnknown", err)
 		}

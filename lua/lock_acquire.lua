@@ -1,5 +1,7 @@
--- Reentrant lock acquire (Redisson RLock, REDISSON-LAYOUT §2.2), safe to repeat.
--- KEYS[1] lock hash, KEYS[2] (waiting only) the zset of waiting clients; ARGV[1] lease ms,
+-- Reentrant lock acquire (Redisson RLock, REDISSON-LAYOUT §2.2, and RFencedLock, §8), safe to
+-- repeat.
+-- KEYS[1] lock hash, KEYS[2] (waiting or fenced) the zset of waiting clients, KEYS[3] (fenced
+-- only) the token counter, redisson_lock_token:{name}; ARGV[1] lease ms,
 -- ARGV[2] owner id, ARGV[3] the holds the owner knows it has (0: a first acquire);
 -- ARGV[4], ARGV[5], for a waiting acquire: the client's token and how long its registration
 -- lasts (ms).
@@ -9,12 +11,24 @@
 -- the PTTL in a one-element array when the holder is not a latchkey client (see foreign); a
 -- waiting acquire that takes the lock drops its client's registration.
 --
+-- A fenced lock's acquire and re-entry increment the token, as Redisson's do, and reply
+-- {-1, token} instead of nil. A repeat increments it again: a token is only ever the
+-- newest, never reused, which is all fencing needs.
+--
 -- The count is set to one above what the owner knows (see reenter). (Redisson increments it,
 -- and resets the TTL to the lease on re-entry; only this owner's holds see the difference.)
+local function taken()
+    if KEYS[3] then
+        return { -1, redis.call('incr', KEYS[3]) }
+    end
+    return nil
+end
 local lease = tonumber(ARGV[1])
 local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), lease)
-if r then
-    return r == -3 and -3 or nil
+if r == -3 then
+    return -3
+elseif r then
+    return taken()
 end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], 1)
@@ -24,7 +38,7 @@ if redis.call('exists', KEYS[1]) == 0 then
         -- it still has waiters.
         redis.call('zrem', KEYS[2], ARGV[4])
     end
-    return nil
+    return taken()
 end
 if ARGV[4] then
     wait_here(KEYS[2], ARGV[4], tonumber(ARGV[5]))

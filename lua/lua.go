@@ -71,7 +71,8 @@ var (
 )
 
 var (
-	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (waiting clients)], ARGV
+	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (waiting clients), (a
+	// fenced lock's token counter: then a take replies {-1, token}, see below)], ARGV
 	// [leaseMs, owner, holdsKnown, (token, registrationMs)]; the count becomes holdsKnown+1
 	// and the TTL at least leaseMs. It replies nil when acquired, -3 when holdsKnown > 0 but
 	// the owner's field is gone (nothing changes), or the holder's PTTL — and then, given a

@@ -175,3 +175,52 @@ func ExampleClient_CountDownLatch() {
 	// Output:
 	// all workers done; count 0
 }
+
+// Fencing: a store that accepts a write only with a token at least as new as the newest it
+// has seen rejects the late write of a holder that paused past its lease, whatever its
+// clocks believed — which no lease alone can do.
+func ExampleClient_FencedLock() {
+	rdb, stop := newRedis()
+	defer stop()
+	c, err := dsync.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	var newest int64 // the store's newest token
+	write := func(token int64, what string) {
+		if token < newest {
+			fmt.Println("rejected:", what)
+			return
+		}
+		newest = token
+		fmt.Println("written:", what)
+	}
+
+	slow := c.FencedLock("report")
+	t1, err := slow.LockToken(ctx, dsync.Lease(30*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond) // a pause past the lease: the lock expires
+
+	fast := c.FencedLock("report")
+	t2, err := fast.LockToken(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	write(t2, "the new holder's")
+	write(t1, "the paused holder's, late")
+	if err := fast.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := slow.Unlock(ctx); errors.Is(err, dsync.ErrLockLost) {
+		fmt.Println("the paused holder learns it lost the lock")
+	}
+	// Output:
+	// written: the new holder's
+	// rejected: the paused holder's, late
+	// the paused holder learns it lost the lock
+}

@@ -63,6 +63,8 @@ type exclusive struct {
 	wakeCh  string
 	clients string    // a plain lock's zset of waiting clients (see lib.lua)
 	fair    *fairKeys // nil: a plain lock
+	// tokenKey is a fenced lock's token counter, redisson_lock_token:{name} ("": not fenced).
+	tokenKey string
 }
 
 func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
@@ -177,7 +179,7 @@ func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.acquire(ctx, cfg.lease, -1)
+	_, err = l.acquire(ctx, cfg.lease, -1, nil)
 	return err
 }
 
@@ -189,15 +191,16 @@ func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, e
 	if err != nil {
 		return false, err
 	}
-	return l.acquire(ctx, cfg.lease, cfg.wait)
+	return l.acquire(ctx, cfg.lease, cfg.wait, nil)
 }
 
-// acquire attempts, and waits up to limit (negative: without limit) for the lock.
-func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bool, error) {
+// acquire attempts, and waits up to limit (negative: without limit) for the lock; out, if
+// not nil, is given what the acquire that took it replied besides (a fenced lock's token).
+func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out *acquireOut) (bool, error) {
 	o := &l.o
 	leaseMs := o.c.leaseMs(lease)
 	if limit == 0 {
-		_, ok, err := l.attempt(ctx, lease, leaseMs, nil)
+		_, ok, err := l.attempt(ctx, lease, leaseMs, nil, out)
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
@@ -222,17 +225,21 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration) (bo
 		w.granted = func() (bool, error, bool) { return o.takeGrant(lease, a.requests) }
 	} else {
 		w.also = func() string {
-			if a.foreign {
+			if a.out.foreign {
 				return l.channel
 			}
 			return ""
 		}
 	}
-	if join && o.c.maxHandoff > 0 {
+	// A fenced lock is never handed on: each holder must take a token of its own.
+	if join && o.c.maxHandoff > 0 && l.tokenKey == "" {
 		a.heir = heir{key: o.name, o: o, lease: lease, leaseMs: leaseMs, attempt: a}
 		w.heir = &a.heir
 	}
 	ok, err := o.c.acquire(ctx, w)
+	if out != nil {
+		*out = a.out
+	}
 	switch {
 	case ok:
 	case l.fair != nil:
@@ -274,23 +281,21 @@ type lockAttempt struct {
 	leaseMs  string
 	token    string // a fair lock's: the message with which a release grants this wait the lock
 	requests uint64 // the owner's request count at this wait's latest attempt
-	foreign  bool   // a plain lock's: some attempt found a holder that is not a latchkey Client
-	heir     heir
+	// out.foreign: a plain lock's attempt found a holder that is not a latchkey Client;
+	// out.token: a fenced lock's token, once taken.
+	out  acquireOut
+	heir heir
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
-	return a.l.attempt(ctx, a.lease, a.leaseMs, a)
+	return a.l.attempt(ctx, a.lease, a.leaseMs, a, &a.out)
 }
 
 // attempt makes one attempt, for the waiting acquisition w (nil: a single attempt). A fair
 // lock's waiter takes or keeps its place in the queue, and is told to attempt again within a
 // third of the place's wait time.
-func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, w *lockAttempt) (int64, bool, error) {
+func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, w *lockAttempt, out *acquireOut) (int64, bool, error) {
 	o := &l.o
-	var foreign *bool
-	if w != nil {
-		foreign = &w.foreign
-	}
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
 		if l.fair != nil {
 			token := "0"
@@ -301,14 +306,21 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 			return script{lua.FairAcquire, l.keys(),
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(w != nil), token}}
 		}
+		keys := []string{o.name, l.clients, l.tokenKey} // a fenced lock's token key last
+		if l.tokenKey == "" {
+			keys = keys[:2]
+		}
 		if w != nil && o.c.mux.Subscribed(l.wakeCh) {
 			// A waiter registers its client, so that a release wakes it alone — once it
 			// can hear it: a wake sent to a client not yet subscribed would reach nobody.
-			return script{lua.LockAcquire, []string{o.name, l.clients},
+			return script{lua.LockAcquire, keys,
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken, o.c.fairWaitMs}}
 		}
-		return script{lua.LockAcquire, []string{o.name}, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
-	}, foreign)
+		if l.tokenKey == "" {
+			keys = keys[:1]
+		}
+		return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
+	}, out)
 	if l.fair != nil || w != nil {
 		ttl = o.c.keepAlive(ttl)
 	}
@@ -339,7 +351,7 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 	registered := false // the release registers the Client again, for its waiters left
 	err := o.release(ctx, func(last bool, latch, n string) (script, *heir) {
 		var h *heir
-		if last && l.fair == nil && o.run < o.c.maxHandoff && !o.c.isClosed() {
+		if last && l.fair == nil && l.tokenKey == "" && o.run < o.c.maxHandoff && !o.c.isClosed() {
 			h = o.c.heirs.reserve(o.name)
 		}
 		leaseMs := strconv.FormatInt(o.ttl().Milliseconds(), 10)

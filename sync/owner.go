@@ -379,13 +379,20 @@ const (
 	releasedHanded int64 = 2  // the lock went to the heir (0: a hold dropped; 1: freed)
 )
 
+// acquireOut is what an acquire script's reply says besides taken or not.
+type acquireOut struct {
+	foreign bool  // the holder announces its release only on Redisson's channel
+	token   int64 // a fenced lock's token, of the hold taken
+}
+
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
 // release of unknown outcome, and records the hold it took with lease (0: kept by the
-// watchdog). req, called under op, makes the request; every acquire script replies nil when
-// it took or re-entered, acquireLost when the owner knows of holds but Redis has none, or
-// else a wait hint in ms (negative: unknown) — or {hint} when the holder announces its
-// release only on Redisson's channel (lock_acquire.lua): then foreign, if not nil, is set.
-func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script, foreign *bool) (int64, bool, error) {
+// watchdog). req, called under op, makes the request; every acquire script replies nil (or
+// a fenced lock's {-1, token}) when it took or re-entered, acquireLost when the owner knows
+// of holds but Redis has none, or else a wait hint in ms (negative: unknown) — or {hint}
+// when the holder announces its release only on Redisson's channel (lock_acquire.lua). out,
+// if not nil, is given what the reply says besides.
+func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script, out *acquireOut) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
@@ -411,16 +418,28 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 	if o.c.afterAcquire != nil {
 		o.c.afterAcquire()
 	}
-	if msg.IsNil() {
+	taken := msg.IsNil()
+	arr, aerr := msg.ToArray()
+	if aerr == nil && len(arr) == 2 { // a fenced lock's {-1, token}
+		token, err := arr[1].AsInt64()
+		if err != nil {
+			return 0, false, o.wrap(err)
+		}
+		if out != nil {
+			out.token = token
+		}
+		taken = true
+	}
+	if taken {
 		if err := o.took(sent, lease, 0); err != nil {
 			return 0, false, err
 		}
 		return o.ttl().Milliseconds(), true, nil
 	}
-	if arr, err := msg.ToArray(); err == nil && len(arr) == 1 {
+	if aerr == nil && len(arr) == 1 {
 		msg = arr[0]
-		if foreign != nil {
-			*foreign = true
+		if out != nil {
+			out.foreign = true
 		}
 	}
 	ttl, err := msg.AsInt64()

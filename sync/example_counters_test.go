@@ -224,3 +224,35 @@ func ExampleClient_FencedLock() {
 	// rejected: the paused holder's, late
 	// the paused holder learns it lost the lock
 }
+
+// A transfer between two accounts takes both accounts' locks as one: all or none, and two
+// transfers in opposite directions do not deadlock.
+func ExampleMultiLock() {
+	rdb, stop := newRedis()
+	defer stop()
+	c, err := dsync.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	both := dsync.MultiLock(c.Lock("account:alice"), c.Lock("account:bob"))
+	if err := both.Lock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("both accounts locked")
+	// Meanwhile, bob's lock alone cannot be taken.
+	ok, err := c.Lock("account:bob").TryLock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("bob's lock free:", ok)
+	if err := both.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// both accounts locked
+	// bob's lock free: false
+}

@@ -1,0 +1,224 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"time"
+)
+
+// A Locker is one lock of a MultiLock: a *Lock, *FairLock, *FencedLock, an *RWLock (its
+// write lock) or an RWLock's Reader. Its holds are the handle's, as if it were used alone.
+type Locker interface {
+	TryLock(ctx context.Context, opts ...TryLockOption) (bool, error)
+	Unlock(ctx context.Context) error
+	// Valid reports whether the handle's hold is live now (see Lock.Valid).
+	Valid() bool
+	// Name is the lock's name: a MultiLock refuses two lockers of one name.
+	Name() string
+}
+
+// Multi takes several locks as one, all or none (Redisson's RedissonMultiLock), over any mix
+// of lock handles — of one Client or several, on one Redis or several. It makes no key of
+// its own: each lock keeps its own key, channel and lease. Make one with MultiLock; it is
+// not safe for concurrent use (it holds, or not, as one owner).
+//
+// An acquisition takes the locks in the order given, each with its own wait. When one is not
+// taken, every lock taken so far is released and, while the wait allows, the acquisition
+// starts again from the first. So two goroutines that take the same locks in opposite order
+// through MultiLocks do not deadlock: the one whose wait for its second lock runs out first
+// lets its first go.
+type Multi struct {
+	locks []Locker
+	err   error // bad input, reported by every call
+	held  []Locker
+}
+
+// MultiLock returns a Multi over locks. It makes no network call; bad input (no locks, a
+// nil one, two of one name) is reported by its methods.
+func MultiLock(locks ...Locker) *Multi {
+	m := &Multi{locks: locks}
+	names := make(map[string]bool, len(locks))
+	switch {
+	case len(locks) == 0:
+		m.err = invalid("locks", "must not be empty")
+	default:
+		for i, l := range locks {
+			if v := reflect.ValueOf(l); l == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+				m.err = invalid("locks", "#%d must not be nil", i)
+				break
+			}
+			if names[l.Name()] {
+				m.err = invalid("locks", "must not name %q twice", l.Name())
+				break
+			}
+			names[l.Name()] = true
+		}
+	}
+	return m
+}
+
+// multiRound bounds Lock's wait per round, per lock: Redisson's 1.5 s.
+const multiRound = 1500 * time.Millisecond
+
+// Lock takes every lock, waiting as long as ctx allows: rounds of TryLock, each with a wait
+// drawn at random up to 1.5 s per lock (Redisson's lock() waits 1.5 s per lock; drawn at
+// random, two multi-locks that collide do not end their rounds together), and a short pause
+// after a round that failed, in which the other can take the locks it let go of.
+// With Lease, each lock is taken with that lease. Errors are as for TryLock.
+func (m *Multi) Lock(ctx context.Context, opts ...LockOption) error {
+	var cfg lockConfig
+	for _, o := range opts {
+		if o == nil {
+			return invalid("option", "must not be nil")
+		}
+		o.applyLock(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	if m.err != nil {
+		return m.err // before drawing a round: there may be no locks
+	}
+	for {
+		round := time.Duration(len(m.locks)) * multiRound
+		ok, err := m.try(ctx, cfg, round/10+rand.N(round*9/10))
+		if ok || err != nil {
+			return err
+		}
+		// A pause before the next round, so that the multi-lock it collided with takes the
+		// locks this round let go of rather than see them taken back at once.
+		select {
+		case <-time.After(multiPause/10 + rand.N(multiPause)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// multiPause bounds the pause between Lock's rounds.
+const multiPause = 50 * time.Millisecond
+
+// TryLock takes every lock if it can, within WaitTime (default: one attempt at each lock),
+// and reports whether it did; when any is not taken, none is held. With Lease each lock is
+// taken with that lease, and one whose lease ran out before the last was taken counts as not
+// taken. An error (ctx ending, a lock's error — an ErrOutcomeUnknown included, whose hold
+// lapses with its lease) also leaves none held.
+func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
+	var cfg lockConfig
+	for _, o := range opts {
+		if o == nil {
+			return false, invalid("option", "must not be nil")
+		}
+		o.applyTry(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return false, err
+	}
+	return m.try(ctx, cfg, cfg.wait)
+}
+
+// try runs Redisson's multi-lock acquisition with wait in all.
+func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bool, error) {
+	if ctx == nil {
+		return false, invalid("ctx", "must not be nil")
+	}
+	if m.err != nil {
+		return false, m.err
+	}
+	if len(m.held) > 0 {
+		return false, fmt.Errorf("%w: the multi-lock is held already", ErrInvalidArgument)
+	}
+	deadline := time.Now().Add(wait)
+	for i := 0; i < len(m.locks); i++ {
+		var opts []TryLockOption
+		if cfg.leaseSet {
+			opts = append(opts, Lease(cfg.lease))
+		}
+		if wait > 0 {
+			opts = append(opts, WaitTime(max(time.Until(deadline), 0)))
+		}
+		ok, err := m.locks[i].TryLock(ctx, opts...)
+		if err != nil {
+			return false, errors.Join(err, m.release(ctx))
+		}
+		if ok {
+			m.held = append(m.held, m.locks[i])
+		}
+		if i == len(m.locks)-1 && ok {
+			// Every lock is held; one taken first may have seen its lease run out meanwhile.
+			for _, l := range m.held {
+				if !l.Valid() {
+					ok = false
+				}
+			}
+			if ok {
+				return true, nil
+			}
+		}
+		if !ok {
+			if err := m.release(ctx); err != nil {
+				return false, err
+			}
+			if wait <= 0 || time.Until(deadline) <= 0 {
+				return false, nil
+			}
+			i = -1 // again from the first lock
+		}
+	}
+	return true, nil
+}
+
+// release gives back every lock held, reporting every failure.
+func (m *Multi) release(ctx context.Context) error {
+	var errs []error
+	for i := len(m.held) - 1; i >= 0; i-- {
+		if err := m.held[i].Unlock(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.held = m.held[:0]
+	return errors.Join(errs...)
+}
+
+// Unlock releases every lock, whatever fails, and reports every failure (errors.Join; each
+// is as its lock's Unlock reports it). It returns ErrNotHeld if the multi-lock is not held.
+func (m *Multi) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	if m.err != nil {
+		return m.err
+	}
+	if len(m.held) == 0 {
+		return fmt.Errorf("%w: the multi-lock is not held", ErrNotHeld)
+	}
+	return m.release(ctx)
+}
+
+// Reader returns the read lock of l as a Locker, for a MultiLock: its TryLock is TryRLock,
+// its Unlock RUnlock.
+func (l *RWLock) Reader() Locker {
+	if l == nil {
+		return nil
+	}
+	return rwReader{l}
+}
+
+type rwReader struct{ l *RWLock }
+
+func (r rwReader) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
+	return r.l.TryRLock(ctx, opts...)
+}
+func (r rwReader) Unlock(ctx context.Context) error { return r.l.RUnlock(ctx) }
+func (r rwReader) Valid() bool                      { return r.l.r.valid() }
+func (r rwReader) Name() string                     { return r.l.Name() }
+
+// Valid reports whether the handle's write hold is live now: its lease, as last confirmed
+// by Redis, is ahead by the monotonic clock (see Lock.Valid).
+func (l *RWLock) Valid() bool { return l.w.valid() }

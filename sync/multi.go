@@ -145,7 +145,7 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 		}
 		ok, err := m.locks[i].TryLock(ctx, opts...)
 		if err != nil {
-			return false, errors.Join(err, m.release(ctx))
+			return false, errors.Join(err, m.release(ctx, true))
 		}
 		if ok {
 			m.held = append(m.held, m.locks[i])
@@ -162,7 +162,7 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 			}
 		}
 		if !ok {
-			if err := m.release(ctx); err != nil {
+			if err := m.release(ctx, true); err != nil {
 				return false, err
 			}
 			if wait <= 0 || time.Until(deadline) <= 0 {
@@ -174,11 +174,13 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 	return true, nil
 }
 
-// release gives back every lock held, reporting every failure.
-func (m *Multi) release(ctx context.Context) error {
+// release gives back every lock held, reporting every failure — but, when rolling back
+// (rollback), not a hold found gone: a lease that ran out during the wait is what failed the
+// round, and the hold is no longer there to give back.
+func (m *Multi) release(ctx context.Context, rollback bool) error {
 	var errs []error
 	for i := len(m.held) - 1; i >= 0; i-- {
-		if err := m.held[i].Unlock(ctx); err != nil {
+		if err := m.held[i].Unlock(ctx); err != nil && !(rollback && errors.Is(err, ErrNotHeld)) {
 			errs = append(errs, err)
 		}
 	}
@@ -198,7 +200,7 @@ func (m *Multi) Unlock(ctx context.Context) error {
 	if len(m.held) == 0 {
 		return fmt.Errorf("%w: the multi-lock is not held", ErrNotHeld)
 	}
-	return m.release(ctx)
+	return m.release(ctx, false)
 }
 
 // Reader returns the read lock of l as a Locker, for a MultiLock: its TryLock is TryRLock,

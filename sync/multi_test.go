@@ -157,3 +157,32 @@ func TestMultiLockBadInput(t *testing.T) {
 		}
 	}
 }
+
+// With Lease, a lock taken first whose lease runs out while the multi-lock waits for the
+// next fails the round, and the multi-lock starts again from the first: when it returns
+// holding them, every hold is live.
+func TestMultiLockLeaseRunsOutDuringWait(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		other := c.Lock("lease-b")
+		must(t, other.Lock(ctx))
+		go func() {
+			time.Sleep(150 * time.Millisecond) // the other holder's work, past a's lease
+			must(t, other.Unlock(ctx))
+		}()
+		a, bl := c.Lock("lease-a"), c.Lock("lease-b")
+		m := MultiLock(a, bl)
+		ok, err := m.TryLock(ctx, Lease(50*time.Millisecond), WaitTime(2*time.Second))
+		if !ok || err != nil {
+			t.Fatalf("TryLock: %v, %v", ok, err)
+		}
+		if !a.Valid() || !bl.Valid() {
+			t.Fatalf("the multi-lock returned holding a lock whose lease ran out: a %v, b %v", a.Valid(), bl.Valid())
+		}
+		if err := m.Unlock(ctx); err != nil && !errors.Is(err, ErrLockLost) {
+			t.Fatal(err)
+		}
+	})
+}

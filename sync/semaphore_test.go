@@ -322,16 +322,7 @@ func TestSemaphoreLocalHandoff(t *testing.T) {
 		for i, handed := range []bool{true, true, false, true} {
 			// Every waiter is parked: none is attempting, woken by the subscription's
 			// confirmation, which may come late.
-			eventually(t, 5*time.Second, "the waiters parked", func() bool {
-				c.heirs.mu.Lock()
-				defer c.heirs.mu.Unlock()
-				for _, h := range c.heirs.queue[s.channel] {
-					if h.state.Load() != heirParked {
-						return false
-					}
-				}
-				return c.mux.Subscribed(s.channel) && c.mux.Pending(s.channel) == 0
-			})
+			parked(t, c, s.channel, 4-i)
 			must(t, s.Release(ctx, 1))
 			if got := <-served; got != i {
 				t.Fatalf("release %d served waiter %d, want %d (arrival order)", i+1, got, i)

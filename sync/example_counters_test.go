@@ -256,3 +256,33 @@ func ExampleMultiLock() {
 	// both accounts locked
 	// bob's lock free: false
 }
+
+// A red lock over three independent masters holds with a majority of them; with a lease it
+// tells how long it stays valid.
+func ExampleRedLock() {
+	var locks []dsync.Locker
+	for range 3 {
+		rdb, stop := newRedis() // a master of its own
+		defer stop()
+		c, err := dsync.New(rdb)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+		locks = append(locks, c.Lock("nightly-job"))
+	}
+	ctx := context.Background()
+
+	red := dsync.RedLock(locks...)
+	ok, err := red.TryLock(ctx, dsync.Lease(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	until, valid := red.Deadline()
+	fmt.Println("held:", ok, "valid for about 10 s:", valid && time.Until(until) > 9*time.Second)
+	if err := red.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// held: true valid for about 10 s: true
+}

@@ -10,15 +10,23 @@ import (
 )
 
 // A Locker is one lock of a MultiLock: a *Lock, *FairLock, *FencedLock, an *RWLock (its
-// write lock) or an RWLock's Reader. Its holds are the handle's, as if it were used alone.
+// write lock) or an RWLock's Reader (a type that embeds one is a Locker too). Its holds are
+// the handle's, as if it were used alone.
 type Locker interface {
 	TryLock(ctx context.Context, opts ...TryLockOption) (bool, error)
 	Unlock(ctx context.Context) error
 	// Valid reports whether the handle's hold is live now (see Lock.Valid).
 	Valid() bool
-	// Name is the lock's name: a MultiLock refuses two lockers of one name.
+	// Name is the lock's name.
 	Name() string
+	// where is the lock's name on its handle's Client: a MultiLock refuses two lockers of
+	// one name on one Client (the second could only wait for the first).
+	where() string
 }
+
+func (l *exclusive) where() string { return l.o.c.id + " " + l.o.name }
+func (l *RWLock) where() string    { return l.r.c.id + " " + l.r.name }
+func (r rwReader) where() string   { return r.l.where() }
 
 // Multi takes several locks as one, all or none (Redisson's RedissonMultiLock), over any mix
 // of lock handles — of one Client or several, on one Redis or several. It makes no key of
@@ -34,10 +42,12 @@ type Multi struct {
 	locks []Locker
 	err   error // bad input, reported by every call
 	held  []Locker
+	red   bool      // a red lock: a quorum is enough
+	until time.Time // a red lock's validity, with a lease
 }
 
 // MultiLock returns a Multi over locks. It makes no network call; bad input (no locks, a
-// nil one, two of one name) is reported by its methods.
+// nil one, two of one name on one Client) is reported by its methods.
 func MultiLock(locks ...Locker) *Multi {
 	m := &Multi{locks: locks}
 	names := make(map[string]bool, len(locks))
@@ -50,11 +60,11 @@ func MultiLock(locks ...Locker) *Multi {
 				m.err = invalid("locks", "#%d must not be nil", i)
 				break
 			}
-			if names[l.Name()] {
-				m.err = invalid("locks", "must not name %q twice", l.Name())
+			if names[l.where()] {
+				m.err = invalid("locks", "must not name %q twice on one Client", l.Name())
 				break
 			}
-			names[l.Name()] = true
+			names[l.where()] = true
 		}
 	}
 	return m
@@ -123,7 +133,7 @@ func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error
 	return m.try(ctx, cfg, cfg.wait)
 }
 
-// try runs Redisson's multi-lock acquisition with wait in all.
+// try runs Redisson's multi-lock (or red lock) acquisition with wait in all.
 func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bool, error) {
 	if ctx == nil {
 		return false, invalid("ctx", "must not be nil")
@@ -134,53 +144,89 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 	if len(m.held) > 0 {
 		return false, fmt.Errorf("%w: the multi-lock is held already", ErrInvalidArgument)
 	}
-	deadline := time.Now().Add(wait)
-	for i := 0; i < len(m.locks); i++ {
+	n := len(m.locks)
+	need := n // a red lock's quorum
+	if m.red {
+		need = n/2 + 1
+	}
+	start := time.Now()
+	deadline := start.Add(wait)
+	failed := 0
+	for i := 0; i < n; i++ {
 		var opts []TryLockOption
 		if cfg.leaseSet {
 			opts = append(opts, Lease(cfg.lease))
 		}
-		if wait > 0 {
+		lctx, cancel := ctx, context.CancelFunc(func() {})
+		if m.red {
+			// Each master gets its share of the wait, and an unreachable one no more.
+			each := max(time.Until(deadline)/time.Duration(n), redMinWait)
+			opts = append(opts, WaitTime(max(time.Until(deadline)/time.Duration(n), 0)))
+			lctx, cancel = context.WithTimeout(ctx, each)
+		} else if wait > 0 {
 			opts = append(opts, WaitTime(max(time.Until(deadline), 0)))
 		}
-		ok, err := m.locks[i].TryLock(ctx, opts...)
-		if err != nil {
+		ok, err := m.locks[i].TryLock(lctx, opts...)
+		cancel()
+		switch {
+		case err != nil && (!m.red || ctx.Err() != nil):
 			return false, errors.Join(err, m.release(ctx, true))
-		}
-		if ok {
+		case ok:
 			m.held = append(m.held, m.locks[i])
+		default: // not taken, or a red lock's master failed: one failure more
+			failed++
 		}
-		if i == len(m.locks)-1 && ok {
-			// Every lock is held; one taken first may have seen its lease run out meanwhile.
-			for _, l := range m.held {
-				if !l.Valid() {
-					ok = false
-				}
-			}
-			if ok {
+		if failed <= n-need && (i < n-1 || !m.expired(cfg, start)) {
+			if i == n-1 {
 				return true, nil
 			}
+			continue
 		}
-		if !ok {
-			if err := m.release(ctx, true); err != nil {
-				return false, err
-			}
-			if wait <= 0 || time.Until(deadline) <= 0 {
-				return false, nil
-			}
-			i = -1 // again from the first lock
+		if err := m.release(ctx, true); err != nil {
+			return false, err
 		}
+		if wait <= 0 || time.Until(deadline) <= 0 {
+			return false, nil
+		}
+		failed, i = 0, -1 // again from the first lock
 	}
 	return true, nil
 }
 
+// redMinWait is the least a red lock gives one master to answer.
+const redMinWait = 50 * time.Millisecond
+
+// expired reports whether, every lock taken, the acquisition is already worthless: a lock
+// taken first whose lease ran out meanwhile (a multi-lock), or, for a red lock with a lease,
+// no validity left (lease − elapsed − drift, the Redlock write-up's drift being
+// lease × 1 % + 2 ms), which it records as its deadline.
+func (m *Multi) expired(cfg lockConfig, start time.Time) bool {
+	if m.red {
+		if !cfg.leaseSet {
+			m.until = time.Time{}
+			return false
+		}
+		drift := cfg.lease/100 + 2*time.Millisecond
+		m.until = start.Add(cfg.lease - drift)
+		return !time.Now().Before(m.until)
+	}
+	for _, l := range m.held {
+		if !l.Valid() {
+			return true
+		}
+	}
+	return false
+}
+
 // release gives back every lock held, reporting every failure — but, when rolling back
-// (rollback), not a hold found gone: a lease that ran out during the wait is what failed the
-// round, and the hold is no longer there to give back.
+// (rollback), not a hold found gone (a lease that ran out during the wait is what failed the
+// round), nor, for a red lock, any: a master that cannot be reached is what a red lock
+// allows for, and its hold lapses with its lease.
 func (m *Multi) release(ctx context.Context, rollback bool) error {
 	var errs []error
 	for i := len(m.held) - 1; i >= 0; i-- {
-		if err := m.held[i].Unlock(ctx); err != nil && !(rollback && errors.Is(err, ErrNotHeld)) {
+		err := m.held[i].Unlock(ctx)
+		if err != nil && !(rollback && (m.red || errors.Is(err, ErrNotHeld))) {
 			errs = append(errs, err)
 		}
 	}
@@ -224,3 +270,36 @@ func (r rwReader) Name() string                     { return r.l.Name() }
 // Valid reports whether the handle's write hold is live now: its lease, as last confirmed
 // by Redis, is ahead by the monotonic clock (see Lock.Valid).
 func (l *RWLock) Valid() bool { return l.w.valid() }
+
+// RedLock returns a Multi that takes a quorum of locks on independent Redis masters — at
+// least 3, one lock each — rather than all of them: the Redlock algorithm (Redisson's
+// RedissonRedLock). It holds when more than half of the masters granted their lock; each
+// master gets its share of the wait (at least 50 ms to answer), and one that is unreachable
+// counts as a refusal. With Lease, its validity is the lease less the time the acquisition
+// took and a drift of 1 % + 2 ms (Deadline); without, each lock is kept by its Client's
+// watchdog.
+//
+// Redisson deprecates its red lock, and so should you reach for it last: its safety rests on
+// clocks that do not jump and processes that do not pause, which nothing checks (Martin
+// Kleppmann's "How to do distributed locking"), and it needs masters that fail
+// independently. A FencedLock (tokens make a paused holder's late writes harmless) on a
+// Redis with replicas, or an RLock-style lock confirmed by replicas, is the sounder choice.
+// RedLock exists for fleets that already run one across masters.
+func RedLock(locks ...Locker) *Multi {
+	m := MultiLock(locks...)
+	m.red = true
+	if m.err == nil && len(locks) < 3 {
+		m.err = invalid("locks", "must be at least 3 locks on independent masters for a red lock, got %d", len(locks))
+	}
+	return m
+}
+
+// Deadline returns when a red lock taken with a Lease stops being valid (the lease, less the
+// acquisition's time and the drift), and false otherwise (not held, no lease, or a
+// multi-lock, whose members' Deadlines tell).
+func (m *Multi) Deadline() (time.Time, bool) {
+	if !m.red || len(m.held) == 0 || m.until.IsZero() {
+		return time.Time{}, false
+	}
+	return m.until, true
+}

@@ -1,0 +1,156 @@
+package sync
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// masters starts n independent servers of b's kind, each behind a fault proxy, with a
+// Client on each.
+func masters(t *testing.T, b *redistest.Backend, n int) ([]*redistest.Proxy, []*Client) {
+	t.Helper()
+	var proxies []*redistest.Proxy
+	var cs []*Client
+	for range n {
+		srv := redistest.Miniredis(t)
+		if b.Name == redistest.NameRedis {
+			srv = redistest.Redis(t)
+		}
+		p := redistest.NewProxy(t, srv.Addr)
+		c, _ := newClient(t, p.Addr(), WithRetryBudget(100*time.Millisecond))
+		proxies = append(proxies, p)
+		cs = append(cs, c)
+	}
+	return proxies, cs
+}
+
+// redLock is a red lock on name over one lock per Client.
+func redLock(cs []*Client, name string) *Multi {
+	var ls []Locker
+	for _, c := range cs {
+		ls = append(ls, c.Lock(name))
+	}
+	return RedLock(ls...)
+}
+
+// A red lock over 5 masters holds with 2 of them down, not with 3; a second red lock on the
+// same masters never holds with the first.
+func TestRedLockQuorum(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "red"
+		proxies, cs := masters(t, b, 5)
+		proxies[0].Blackhole(true)
+		proxies[3].Blackhole(true)
+		first := redLock(cs, name)
+		if ok, err := first.TryLock(ctx, Lease(10*time.Second)); !ok || err != nil {
+			t.Fatalf("TryLock with 2 of 5 masters down: %v, %v", ok, err)
+		}
+		d, ok := first.Deadline()
+		if left := time.Until(d); !ok || left > 10*time.Second-100*time.Millisecond || left < 9*time.Second {
+			t.Fatalf("validity %v (%v), want the lease less the acquisition and the drift", left, ok)
+		}
+		if ok, err := redLock(cs, name).TryLock(ctx); ok || err != nil {
+			t.Fatalf("a second red lock on held masters: %v, %v; want false, nil", ok, err)
+		}
+		must(t, first.Unlock(ctx))
+
+		proxies[4].Blackhole(true) // 3 of 5 down
+		if ok, err := redLock(cs, name).TryLock(ctx); ok || err != nil {
+			t.Fatalf("TryLock with 3 of 5 masters down: %v, %v; want false, nil", ok, err)
+		}
+		for _, i := range []int{1, 2} {
+			if held, err := cs[i].Lock(name).IsLocked(ctx); held || err != nil {
+				t.Fatalf("master %d holds the lock after a red lock that failed: %v, %v", i, held, err)
+			}
+		}
+	})
+}
+
+func TestRedLockBadInput(t *testing.T) {
+	t.Parallel()
+	b := redistest.Miniredis(t)
+	ctx := testCtx(t, 5*time.Second)
+	c, _ := newClient(t, b.Addr)
+	if _, err := RedLock(c.Lock("a"), c.Lock("b")).TryLock(ctx); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("a red lock of 2: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := RedLock().TryLock(ctx); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("a red lock of none: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// Two red locks on the same 5 masters contend while masters drop off the network and come
+// back: never both hold within their validity.
+func TestRedLockExclusionUnderPartitions(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "red-partitions"
+		proxies, cs := masters(t, b, 5)
+		var other []*Client // the second contender's Client on every master
+		for _, p := range proxies {
+			c, _ := newClient(t, p.Addr(), WithRetryBudget(100*time.Millisecond))
+			other = append(other, c)
+		}
+		reds := []*Multi{redLock(cs, name), redLock(other, name)}
+		type hold struct{ from, until time.Time }
+		holds := make(chan [2]hold, 1)
+		holds <- [2]hold{}
+		stop := time.Now().Add(1500 * time.Millisecond)
+		done := make(chan struct{})
+		go func() { // the partitions
+			defer close(done)
+			for i := 0; time.Now().Before(stop); i++ {
+				p := proxies[i%5]
+				p.Blackhole(true)
+				time.Sleep(60 * time.Millisecond)
+				p.Blackhole(false)
+			}
+		}()
+		errs := make(chan error, 2)
+		var taken [2]int
+		for k, m := range reds {
+			go func() {
+				for time.Now().Before(stop) {
+					ok, err := m.TryLock(ctx, Lease(300*time.Millisecond), WaitTime(100*time.Millisecond))
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !ok {
+						continue
+					}
+					taken[k]++
+					until, _ := m.Deadline()
+					h := <-holds
+					mine, theirs := hold{time.Now(), until}, h[1-k]
+					if theirs.until.After(mine.from) {
+						errs <- errors.New("both red locks held within their validity")
+					}
+					h[k] = mine
+					holds <- h
+					time.Sleep(10 * time.Millisecond) // the work
+					h = <-holds
+					h[k].until = time.Now() // released: its validity ends here
+					holds <- h
+					_ = m.Unlock(ctx) // a master down may refuse: it lapses with its lease
+				}
+				errs <- nil
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-done
+		if taken[0] == 0 || taken[1] == 0 {
+			t.Fatalf("acquisitions %v: both red locks must have held for the test to mean anything", taken)
+		}
+	})
+}

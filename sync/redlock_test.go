@@ -2,6 +2,7 @@ package sync
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,11 +102,17 @@ func TestRedLockExclusionUnderPartitions(t *testing.T) {
 		type hold struct{ from, until time.Time }
 		holds := make(chan [2]hold, 1)
 		holds <- [2]hold{}
-		stop := time.Now().Add(1500 * time.Millisecond)
+		// At least 1.5 s, and until each has held (at most 10 s: a slow machine).
+		minEnd, maxEnd := time.Now().Add(1500*time.Millisecond), time.Now().Add(10*time.Second)
+		var taken [2]atomic.Int64
+		running := func() bool {
+			now := time.Now()
+			return now.Before(maxEnd) && (now.Before(minEnd) || taken[0].Load() == 0 || taken[1].Load() == 0)
+		}
 		done := make(chan struct{})
 		go func() { // the partitions
 			defer close(done)
-			for i := 0; time.Now().Before(stop); i++ {
+			for i := 0; running(); i++ {
 				p := proxies[i%5]
 				p.Blackhole(true)
 				time.Sleep(60 * time.Millisecond)
@@ -113,10 +120,9 @@ func TestRedLockExclusionUnderPartitions(t *testing.T) {
 			}
 		}()
 		errs := make(chan error, 2)
-		var taken [2]int
 		for k, m := range reds {
 			go func() {
-				for time.Now().Before(stop) {
+				for running() {
 					ok, err := m.TryLock(ctx, Lease(300*time.Millisecond), WaitTime(100*time.Millisecond))
 					if err != nil {
 						errs <- err
@@ -125,7 +131,7 @@ func TestRedLockExclusionUnderPartitions(t *testing.T) {
 					if !ok {
 						continue
 					}
-					taken[k]++
+					taken[k].Add(1)
 					until, _ := m.Deadline()
 					h := <-holds
 					mine, theirs := hold{time.Now(), until}, h[1-k]
@@ -149,8 +155,9 @@ func TestRedLockExclusionUnderPartitions(t *testing.T) {
 			}
 		}
 		<-done
-		if taken[0] == 0 || taken[1] == 0 {
-			t.Fatalf("acquisitions %v: both red locks must have held for the test to mean anything", taken)
+		if taken[0].Load() == 0 || taken[1].Load() == 0 {
+			t.Fatalf("acquisitions %d and %d in 10 s: both red locks must have held for the test to mean anything",
+				taken[0].Load(), taken[1].Load())
 		}
 	})
 }

@@ -116,9 +116,9 @@ const multiPause = 50 * time.Millisecond
 
 // TryLock takes every lock if it can, within WaitTime (default: one attempt at each lock),
 // and reports whether it did; when any is not taken, none is held. With Lease each lock is
-// taken with that lease, and one whose lease ran out before the last was taken counts as not
-// taken. An error (ctx ending, a lock's error — an ErrOutcomeUnknown included, whose hold
-// lapses with its lease) also leaves none held.
+// taken with that lease, and one whose lease ran out before the last was taken (or before
+// its own acquire returned) counts as not taken. An error (ctx ending, a lock's error — an
+// ErrOutcomeUnknown included, whose hold lapses with its lease) also leaves none held.
 func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
 	var cfg lockConfig
 	for _, o := range opts {
@@ -169,7 +169,8 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 		ok, err := m.locks[i].TryLock(lctx, opts...)
 		cancel()
 		switch {
-		case err != nil && (!m.red || ctx.Err() != nil):
+		case err != nil && !errors.Is(err, ErrLockLost) && (!m.red || ctx.Err() != nil):
+			// (A lease that ran out before the acquire returned is a lock not taken.)
 			return false, errors.Join(err, m.release(ctx, true))
 		case ok:
 			m.held = append(m.held, m.locks[i])

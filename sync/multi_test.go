@@ -169,12 +169,12 @@ func TestMultiLockLeaseRunsOutDuringWait(t *testing.T) {
 		other := c.Lock("lease-b")
 		must(t, other.Lock(ctx))
 		go func() {
-			time.Sleep(150 * time.Millisecond) // the other holder's work, past a's lease
+			time.Sleep(400 * time.Millisecond) // the other holder's work, past a's lease
 			must(t, other.Unlock(ctx))
 		}()
 		a, bl := c.Lock("lease-a"), c.Lock("lease-b")
 		m := MultiLock(a, bl)
-		ok, err := m.TryLock(ctx, Lease(50*time.Millisecond), WaitTime(2*time.Second))
+		ok, err := m.TryLock(ctx, Lease(150*time.Millisecond), WaitTime(3*time.Second))
 		if !ok || err != nil {
 			t.Fatalf("TryLock: %v, %v", ok, err)
 		}

@@ -131,6 +131,18 @@ func WaitTime(wait time.Duration) interface {
 
 // configure applies an acquisition's options, and checks them with what every call checks.
 func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func(O, *lockConfig)) (lockConfig, error) {
+	cfg, err := options(opts, apply)
+	if err != nil {
+		return cfg, err
+	}
+	if err := o.check(ctx); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.check()
+}
+
+// options applies an acquisition's options, refusing a nil one.
+func options[O comparable](opts []O, apply func(O, *lockConfig)) (lockConfig, error) {
 	var cfg lockConfig
 	var none O
 	for _, opt := range opts {
@@ -139,10 +151,7 @@ func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func
 		}
 		apply(opt, &cfg)
 	}
-	if err := o.check(ctx); err != nil {
-		return cfg, err
-	}
-	return cfg, cfg.check()
+	return cfg, nil
 }
 
 // leaseMs is the lease as scripts take it: the watchdog timeout when there is none.

@@ -79,14 +79,11 @@ const multiRound = 1500 * time.Millisecond
 // after a round that failed, in which the other can take the locks it let go of.
 // With Lease, each lock is taken with that lease. Errors are as for TryLock.
 func (m *Multi) Lock(ctx context.Context, opts ...LockOption) error {
-	var cfg lockConfig
-	for _, o := range opts {
-		if o == nil {
-			return invalid("option", "must not be nil")
-		}
-		o.applyLock(&cfg)
+	cfg, err := options(opts, LockOption.applyLock)
+	if err == nil {
+		err = cfg.check()
 	}
-	if err := cfg.check(); err != nil {
+	if err != nil {
 		return err
 	}
 	if ctx == nil {
@@ -120,14 +117,11 @@ const multiPause = 50 * time.Millisecond
 // its own acquire returned) counts as not taken. An error (ctx ending, a lock's error — an
 // ErrOutcomeUnknown included, whose hold lapses with its lease) also leaves none held.
 func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	var cfg lockConfig
-	for _, o := range opts {
-		if o == nil {
-			return false, invalid("option", "must not be nil")
-		}
-		o.applyTry(&cfg)
+	cfg, err := options(opts, TryLockOption.applyTry)
+	if err == nil {
+		err = cfg.check()
 	}
-	if err := cfg.check(); err != nil {
+	if err != nil {
 		return false, err
 	}
 	return m.try(ctx, cfg, cfg.wait)

@@ -161,12 +161,13 @@ func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []
 	return msg, o.wrap(err)
 }
 
-// request runs a numbered request that req makes for the latch and number it is given, after
-// settling an earlier one of unknown outcome: how a primitive without holds (a semaphore, a
-// countdown latch) makes each state change safe to repeat. When its outcome stays unknown
-// it is kept in o.unsettled, to be repeated (see pool.settle) with the arguments cancel
-// makes of its own, if cancel is not nil. A release (ctx without cancellation) is repeated
-// within the retry budget whatever the caller's ctx says.
+// request runs a numbered request that req makes for the latch and number it is given: how
+// a primitive without holds (a semaphore, a countdown latch) makes each state change safe
+// to repeat. The owner has no request of unknown outcome (pool.request lends none). When
+// this one's outcome stays unknown it is kept in o.unsettled, to be repeated (see
+// pool.settle) with the arguments cancel makes of its own, if cancel is not nil. A release
+// (ctx without cancellation) is repeated within the retry budget whatever the caller's ctx
+// says.
 func (o *owner) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
 	if err := o.check(ctx); err != nil {
 		return rueidis.RedisMessage{}, err
@@ -175,9 +176,6 @@ func (o *owner) request(ctx context.Context, req func(latch, n string) script, c
 		return rueidis.RedisMessage{}, err
 	}
 	defer o.unlock()
-	if err := o.settle(ctx); err != nil {
-		return rueidis.RedisMessage{}, err
-	}
 	latch, n := o.nextRequest()
 	r := req(latch, n)
 	msg, err := o.numbered(ctx, r.s, r.keys, r.args)

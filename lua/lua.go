@@ -8,10 +8,38 @@
 package lua
 
 import (
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 
 	"github.com/redis/rueidis"
 )
+
+// A Script is one of the scripts below. Exec (rueidis's) runs it by SHA, loading it first
+// where Redis lacks it; Cmd builds it as a command, to be pipelined with others (such as a
+// WAIT that must follow it on the same connection).
+type Script struct {
+	*rueidis.Lua
+	src, sha string // sha is "" for a script always sent whole
+}
+
+func newScript(src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{Lua: rueidis.NewLuaScript(src), src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+func newScriptNoSha(src string) *Script {
+	return &Script{Lua: rueidis.NewLuaScriptNoSha(src), src: src}
+}
+
+// Cmd builds the script as EVALSHA — or as EVAL, whole, when whole is set (Redis lacked it:
+// NOSCRIPT) or the script is always sent whole.
+func (s *Script) Cmd(b rueidis.Builder, keys, args []string, whole bool) rueidis.Completed {
+	if whole || s.sha == "" {
+		return b.Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	}
+	return b.Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+}
 
 var (
 	//go:embed lib.lua
@@ -79,7 +107,7 @@ var (
 	// token, registers it as a waiting client's (a latchkey addition) and replies {PTTL}
 	// when the holder is not a latchkey client (whose release announces itself only on the
 	// lock channel); given one, a take drops that registration.
-	LockAcquire = rueidis.NewLuaScript(lib + lockAcquire)
+	LockAcquire = newScript(lib + lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and, when it frees the lock, wakes the
 	// next waiting client: KEYS [lock, channel, owner's latch, waiting clients], ARGV
@@ -91,31 +119,31 @@ var (
 	// once with its lease; no message). The latch keeps the owner's highest request number:
 	// a repeat of a request replies what the first run did, and an older one arriving late
 	// changes nothing.
-	LockRelease = rueidis.NewLuaScript(lib + lockRelease)
+	LockRelease = newScript(lib + lockRelease)
 
 	// LockForceRelease deletes a lock whoever holds it and wakes the next waiting client as
 	// LockRelease does: KEYS [lock, channel, waiting clients], ARGV [publishCmd]. It replies
 	// 1 if a lock was deleted.
-	LockForceRelease = rueidis.NewLuaScript(lib + lockForceRelease)
+	LockForceRelease = newScript(lib + lockForceRelease)
 
 	// LockLeave drops a client's registration as a waiter of a plain lock when its last
 	// waiter gives up: KEYS [lock, waiting clients, channel], ARGV [token, publishCmd]. If the
 	// registration was gone already and the lock is free, it wakes the next client.
-	LockLeave = rueidis.NewLuaScript(lib + lockLeave)
+	LockLeave = newScript(lib + lockLeave)
 
 	// LockRenew sets the TTL of every listed lock its owner still holds to at least the lease:
 	// KEYS [lock1..k], ARGV [leaseMs, owner1..k]. It replies an array of 1 (renewed) and 0
 	// (not held). It is sent as EVAL, never by SHA: renewal rounds go out with ExecMulti,
 	// which for a SHA script first loads it on every node — a round trip per round, and a
 	// failed round whenever any node is unreachable.
-	LockRenew = rueidis.NewLuaScriptNoSha(lockRenew)
+	LockRenew = newScriptNoSha(lockRenew)
 
 	// FairAcquire takes or re-enters a fair lock, or keeps the caller's place in its queue:
 	// KEYS [lock, queue, deadlines, leases], ARGV [leaseMs, owner, holdsKnown, waitMs, nowMs,
 	// queue (1/0), token]. It replies as LockAcquire, except that a waiter gets the ms until the lock
 	// may come to it with no message. A queued waiter's deadline is refreshed by every
 	// attempt, and its lease recorded, so that a release can grant it the lock.
-	FairAcquire = rueidis.NewLuaScript(lib + fairAcquire)
+	FairAcquire = newScript(lib + fairAcquire)
 
 	// FairRelease drops one hold of a fair lock and, when it frees the lock, passes it to the
 	// head waiter: KEYS [lock, queue, deadlines, leases, channel, owner's latch], ARGV
@@ -123,105 +151,105 @@ var (
 	// waiter is granted the lock and told its wait's token on its own channel, a Java waiter
 	// told 0. It
 	// replies nil (not held), 0 (still held) or 1 (freed), numbered as LockRelease.
-	FairRelease = rueidis.NewLuaScript(lib + fairRelease)
+	FairRelease = newScript(lib + fairRelease)
 
 	// FairForceRelease deletes a fair lock whoever holds it and passes it to the head
 	// waiter: KEYS [lock, queue, deadlines, leases, channel], ARGV [publishCmd, nowMs]. It
 	// replies 1 if a lock was deleted.
-	FairForceRelease = rueidis.NewLuaScript(lib + fairForceRelease)
+	FairForceRelease = newScript(lib + fairForceRelease)
 
 	// FairLeave takes a waiter out of a fair lock's queue: KEYS [lock, queue, deadlines,
 	// leases, channel], ARGV [owner, publishCmd, nowMs]. It replies 1 if the owner holds the
 	// lock (granted as its wait ended).
-	FairLeave = rueidis.NewLuaScript(lib + fairLeave)
+	FairLeave = newScript(lib + fairLeave)
 
 	// ReadAcquire takes or re-enters a read lock of a read-write lock: KEYS [lock, owner's
 	// timeout prefix, waiting writers], ARGV [leaseMs, owner, owner's writer field,
 	// holdsKnown, nowMs]. It replies as LockAcquire; a new reader waits while a writer waits.
-	ReadAcquire = rueidis.NewLuaScript(lib + rwReadAcquire)
+	ReadAcquire = newScript(lib + rwReadAcquire)
 
 	// ReadRelease drops one read hold: KEYS [lock, channel, owner's timeout prefix, key
 	// prefix, owner's latch, waiting writers], ARGV [message, owner, publishCmd, latchMs,
 	// holdsKnown, requestNumber, nowMs, leaseMs]. It replies nil (not held), 0 (the lock is
 	// still held) or 1 (freed), numbered as LockRelease.
-	ReadRelease = rueidis.NewLuaScript(lib + rwReadRelease)
+	ReadRelease = newScript(lib + rwReadRelease)
 
 	// ReadRenew renews read holds: KEYS [lock1, prefix1, ...], ARGV [leaseMs, owner1, ...]; it
 	// replies as LockRenew. Sent as EVAL, as LockRenew is.
-	ReadRenew = rueidis.NewLuaScriptNoSha(lib + rwReadRenew)
+	ReadRenew = newScriptNoSha(lib + rwReadRenew)
 
 	// WriteAcquire takes or re-enters a write lock, or claims it as a waiting writer: KEYS
 	// [lock, waiting writers], ARGV [leaseMs, writer field, holdsKnown, nowMs, claimMs, wait
 	// (1/0)]. It replies as LockAcquire.
-	WriteAcquire = rueidis.NewLuaScript(lib + rwWriteAcquire)
+	WriteAcquire = newScript(lib + rwWriteAcquire)
 
 	// WriteRelease drops one write hold: KEYS [lock, channel, owner's latch, waiting
 	// writers], ARGV [message,
 	// leaseMs, writer field, publishCmd, latchMs, holdsKnown, requestNumber]. It replies nil
 	// (not held), 0 (still held) or 1 (released), numbered as LockRelease.
-	WriteRelease = rueidis.NewLuaScript(lib + rwWriteRelease)
+	WriteRelease = newScript(lib + rwWriteRelease)
 
 	// WriteLeave drops a waiting writer's claim and wakes the lock's waiters: KEYS [waiting
 	// writers, channel], ARGV [writer field, publishCmd].
-	WriteLeave = rueidis.NewLuaScript(rwWriteLeave)
+	WriteLeave = newScript(rwWriteLeave)
 
 	// SemAcquire takes permits of a semaphore: KEYS [semaphore, handle's latch, channel], ARGV
 	// [permits, requestNumber, latchMs, cancel (1/0), publishCmd]. It replies the permits
 	// left (-1 from a repeat), or nil when too few were available. With cancel it withdraws
 	// the request numbered requestNumber, whose outcome was lost: it gives back what the
 	// request took, if it ran, and a late run of it changes nothing.
-	SemAcquire = rueidis.NewLuaScript(lib + semAcquire)
+	SemAcquire = newScript(lib + semAcquire)
 
 	// SemRelease adds permits to a semaphore (negative: takes them away) and publishes the new
 	// total when positive: KEYS [semaphore, handle's latch, channel], ARGV [permits,
 	// requestNumber, latchMs, publishCmd]. It replies 1.
-	SemRelease = rueidis.NewLuaScript(lib + semRelease)
+	SemRelease = newScript(lib + semRelease)
 
 	// SemSet sets a semaphore's permits ('try': only if it does not exist; 'set') or drains
 	// them ('drain'): KEYS [semaphore, handle's latch, channel], ARGV [mode, permits,
 	// requestNumber, latchMs, publishCmd]. try replies 1 or nil (it existed), set 1, drain
 	// the permits drained (-1 from a repeat).
-	SemSet = rueidis.NewLuaScript(lib + semSet)
+	SemSet = newScript(lib + semSet)
 
 	// LatchSet sets a countdown latch's count if it does not exist and publishes 1: KEYS
 	// [latch, handle's latch, channel], ARGV [count, requestNumber, latchMs, publishCmd]. It
 	// replies 1, or nil when the latch existed.
-	LatchSet = rueidis.NewLuaScript(lib + latchSet)
+	LatchSet = newScript(lib + latchSet)
 
 	// LatchCountDown counts a countdown latch down by one, deleting it and publishing 0 at
 	// zero: KEYS [latch, handle's latch, channel], ARGV [requestNumber, latchMs, publishCmd].
 	// It replies 1.
-	LatchCountDown = rueidis.NewLuaScript(lib + latchCountDown)
+	LatchCountDown = newScript(lib + latchCountDown)
 
 	// LatchDelete deletes a countdown latch and publishes 1: KEYS [latch, handle's latch,
 	// channel], ARGV [requestNumber, latchMs, publishCmd]. It replies 1, or nil when there was
 	// none.
-	LatchDelete = rueidis.NewLuaScript(lib + latchDelete)
+	LatchDelete = newScript(lib + latchDelete)
 
 	// PermitAcquire takes permits of a permit-expirable semaphore under the IDs given: KEYS
 	// [semaphore, acquired permits, handle's latch, channel], ARGV [expiryMs, nowMs,
 	// requestNumber, latchMs, cancel (1/0), publishCmd, id1..n (hex)]. It replies the
 	// permits left (-1 from a repeat), {ms until the nearest expiry} or nil when too few
 	// were available. With cancel it withdraws the request as SemAcquire does.
-	PermitAcquire = rueidis.NewLuaScript(lib + permAcquire)
+	PermitAcquire = newScript(lib + permAcquire)
 
 	// PermitRelease gives back acquired permits: KEYS [semaphore, acquired permits, handle's
 	// latch, channel], ARGV [nowMs, requestNumber, latchMs, publishCmd, id1..n (hex)]. It
 	// replies how many were acquired and unexpired (-1 from a repeat).
-	PermitRelease = rueidis.NewLuaScript(lib + permRelease)
+	PermitRelease = newScript(lib + permRelease)
 
 	// PermitSet sets ('try', 'set') or adds ('add') a permit-expirable semaphore's permits:
 	// KEYS [semaphore, acquired permits, handle's latch, channel], ARGV [mode, permits, nowMs,
 	// requestNumber, latchMs, publishCmd]. It replies 1, or nil from try when it existed.
-	PermitSet = rueidis.NewLuaScript(lib + permSet)
+	PermitSet = newScript(lib + permSet)
 
 	// PermitState reads a permit-expirable semaphore, or sets a permit's expiry ('update'),
 	// after reclaiming expired permits: KEYS [semaphore, acquired permits, channel], ARGV
 	// [mode, nowMs, publishCmd, (id, expiryMs)].
-	PermitState = rueidis.NewLuaScript(lib + permState)
+	PermitState = newScript(lib + permState)
 
 	// PermitRenew renews acquisitions of permits kept by the watchdog: KEYS [acquired
 	// permits1..k], ARGV [leaseMs, nowMs, ids1..k (each acquisition's hex IDs,
 	// concatenated)]. It replies as LockRenew; sent as EVAL, as LockRenew is.
-	PermitRenew = rueidis.NewLuaScriptNoSha(lib + permRenew)
+	PermitRenew = newScriptNoSha(lib + permRenew)
 )

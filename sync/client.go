@@ -62,6 +62,8 @@ type config struct {
 	maxHandoff      int
 	retryBudget     time.Duration
 	fairWait        time.Duration // 0: the watchdog timeout
+	replicas        int
+	replicaWait     time.Duration
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog
@@ -155,6 +157,35 @@ func WithFairLockWaitTimeout(wait time.Duration) Option {
 	}
 }
 
+// WithSyncReplicas makes every change wait until n replicas have it (Redis WAIT, sent on the
+// same connection right after the script, as Redisson's synced eval does), at most timeout
+// each time, so that a failover to a replica cannot undo an acquisition the caller was told
+// of. A change that fewer replicas confirmed fails with an error wrapping ErrNotReplicated:
+//
+//   - an acquisition (Lock, TryLock, RLock, a semaphore's Acquire…) is given back, with its
+//     own release, before the call returns; a waiting one stops waiting;
+//   - a release, or any other change, stands on the master (it is not repeated);
+//   - a watchdog renewal does not count: the lease is not extended, the renewal is tried
+//     again, and Lost closes if the lease runs out unconfirmed.
+//
+// Holds are then only ever taken by their owners' own scripts: no local hand-off, and a fair
+// lock's grant is confirmed by the waiter's own attempt. Each change costs the replicas'
+// acknowledgement, and up to timeout while one is missing; an unconfirmed acquisition costs
+// up to twice timeout (its release waits too). Default 0: no waiting. n must be >= 0 and
+// timeout at least 1 ms (WAIT's 0 would wait for ever).
+func WithSyncReplicas(n int, timeout time.Duration) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return invalid("replicas", "must be >= 0, got %d", n)
+		}
+		if timeout < time.Millisecond {
+			return invalid("replica timeout", "must be >= 1ms, got %v", timeout)
+		}
+		c.replicas, c.replicaWait = n, timeout.Truncate(time.Millisecond)
+		return nil
+	}
+}
+
 // DefaultLocalHandoff is how many times in a row a lock may be handed from one local handle
 // to the next before it is freed for every Client to race for (see WithLocalHandoff).
 const DefaultLocalHandoff = 8
@@ -194,6 +225,9 @@ type Client struct {
 	budget     time.Duration // see WithRetryBudget
 	fairWait   time.Duration // see WithFairLockWaitTimeout
 	fairWaitMs string
+	replicas   int64 // see WithSyncReplicas; 0: none waited for
+	replicaMs  int64
+	loaded     gosync.Map // *lua.Script: run once by this Client with WithSyncReplicas
 
 	// afterAcquire, if set, runs when an acquire script has replied, before its hold is
 	// recorded: tests stand a process pause in there. beforeRelease runs when a plain
@@ -252,6 +286,9 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if cfg.fairWait == 0 {
 		cfg.fairWait = cfg.watchdogTimeout
 	}
+	if cfg.replicas > 0 {
+		cfg.maxHandoff = 0 // a handed hold was written by the releaser's script, not confirmed by the heir's
+	}
 	c := &Client{
 		rdb:        rdb,
 		id:         cfg.id,
@@ -263,6 +300,8 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		budget:     cfg.retryBudget,
 		fairWait:   cfg.fairWait,
 		fairWaitMs: strconv.FormatInt(cfg.fairWait.Milliseconds(), 10),
+		replicas:   int64(cfg.replicas),
+		replicaMs:  cfg.replicaWait.Milliseconds(),
 		closed:     make(chan struct{}),
 	}
 	var prefix [8]byte
@@ -352,7 +391,7 @@ func (c *Client) newRequestID() string {
 
 // renewer renews one kind of hold: one pipelined round of batched renewal scripts, each
 // given keys(batch) and as arguments the lease, the time (epoch ms) if now, and the owners.
-func (c *Client) renewer(s *rueidis.Lua, keys func(watchdog.Batch) []string, now bool) watchdog.RenewFunc {
+func (c *Client) renewer(s *lua.Script, keys func(watchdog.Batch) []string, now bool) watchdog.RenewFunc {
 	return func(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
 		ms := strconv.FormatInt(lease.Milliseconds(), 10)
 		execs := make([]rueidis.LuaExec, len(batches))
@@ -365,26 +404,49 @@ func (c *Client) renewer(s *rueidis.Lua, keys func(watchdog.Batch) []string, now
 			args = append(args, b.Owners...)
 			execs[i] = rueidis.LuaExec{Keys: keys(b), Args: args}
 		}
-		resps := s.ExecMulti(ctx, c.rdb, execs...)
 		out := make([]watchdog.Result, len(batches))
-		for i := range out {
-			if i >= len(resps) {
-				out[i].Err = errors.New("dsync: missing renewal reply")
-				continue
+		if c.replicas == 0 {
+			resps := s.ExecMulti(ctx, c.rdb, execs...)
+			for i := range out {
+				if i >= len(resps) {
+					out[i].Err = errors.New("dsync: missing renewal reply")
+					continue
+				}
+				out[i] = c.renewed(resps[i], 0)
 			}
-			vals, err := resps[i].AsIntSlice()
-			if err != nil {
-				c.sawClosing(err)
-				out[i].Err = err
-				continue
-			}
-			out[i].Held = make([]bool, len(vals))
-			for j, v := range vals {
-				out[i].Held[j] = v == 1
-			}
+			return out
 		}
+		// Each batch is in one hash slot, so each with its WAIT goes to one node.
+		var wg gosync.WaitGroup
+		for i, e := range execs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, confirmed := c.run(ctx, s, e.Keys, e.Args)
+				out[i] = c.renewed(res, confirmed)
+			}()
+		}
+		wg.Wait()
 		return out
 	}
+}
+
+// renewed reads a renewal's reply, which confirmed replicas confirmed. An unconfirmed one
+// counts as failed: its leases are not extended.
+func (c *Client) renewed(res rueidis.RedisResult, confirmed int64) watchdog.Result {
+	vals, err := res.AsIntSlice()
+	if err == nil {
+		err = c.confirmed(confirmed)
+	}
+	if err != nil {
+		c.sawClosing(err)
+		return watchdog.Result{Err: err}
+	}
+	held := make([]bool, len(vals))
+	for j, v := range vals {
+		held[j] = v == 1
+	}
+	return watchdog.Result{Held: held}
 }
 
 // readKeys are a batch of read holds' keys for lua.ReadRenew: each lock with its owner's

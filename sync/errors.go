@@ -33,6 +33,13 @@ var (
 	// locks (an upgrade).
 	ErrWouldDeadlock = errors.New("dsync: would deadlock")
 
+	// ErrNotReplicated is returned, with WithSyncReplicas, when a change ran on the master
+	// but fewer replicas than asked confirmed it in time, so a failover could lose it. An
+	// acquisition so unconfirmed is given back before the call returns (the hold, or the
+	// permits, are not the caller's); any other change — a release, a count-down, permits
+	// set or added — stands on the master, and is not repeated: do not repeat it either.
+	ErrNotReplicated = errors.New("dsync: not confirmed by enough replicas")
+
 	// ErrClosed is returned by every method once the Client is closed.
 	ErrClosed = errors.New("dsync: client closed")
 )

@@ -106,7 +106,8 @@ func (o *owner) takeGrant(lease time.Duration, requests uint64) (ok bool, err er
 	if ttl == 0 {
 		ttl = o.c.wdTimeout
 	}
-	if o.requests != requests || o.count != 0 || o.unsure || time.Until(o.sent.Add(ttl)) < ttl/2 {
+	// With WithSyncReplicas, only the owner's own script can have its hold confirmed.
+	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || time.Until(o.sent.Add(ttl)) < ttl/2 {
 		return false, nil, false
 	}
 	err = o.took(o.sent, lease, 0)

@@ -55,7 +55,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
 		return false, invalid("count", "must be >= 1, got %d", n)
 	}
 	msg, err := l.request(ctx, lua.LatchSet, strconv.Itoa(n))
-	return err == nil && !msg.IsNil(), err
+	return replied(err) && !msg.IsNil(), err
 }
 
 // CountDown decrements the count, and at zero deletes the latch and wakes every awaiter.
@@ -77,11 +77,11 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 // count on it, and find none.)
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	msg, err := l.request(ctx, lua.LatchDelete)
-	return err == nil && !msg.IsNil(), err
+	return replied(err) && !msg.IsNil(), err
 }
 
 // request runs one of the latch's scripts, numbered, with args before the request number.
-func (l *CountDownLatch) request(ctx context.Context, s *rueidis.Lua, args ...string) (rueidis.RedisMessage, error) {
+func (l *CountDownLatch) request(ctx context.Context, s *lua.Script, args ...string) (rueidis.RedisMessage, error) {
 	o := &l.p.owner
 	return l.p.request(ctx, func(latch, req string) script {
 		return script{s, []string{o.name, latch, l.channel}, append(args, req, unlockLatchMs, o.c.publishCmd)}

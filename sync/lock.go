@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -69,6 +70,7 @@ type exclusive struct {
 
 func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
 	l.o.init(c, name, c.lockKind)
+	l.o.undo = l.Unlock
 	l.channel, l.fair = prefixName(lockChannelPrefix, name), fair
 	if fair != nil {
 		l.wakeCh = l.channel + ":" + l.o.id
@@ -252,7 +254,13 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	switch {
 	case ok:
 	case l.fair != nil:
-		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
+		got, gerr := l.leave(ctx, lease)
+		if got && o.c.replicas > 0 {
+			// Granted as the wait ended, by the releaser's script, which only an attempt of
+			// the owner's own could confirm (WithSyncReplicas): the wait ended without it.
+			return false, errors.Join(err, unconfirmed(gerr, l.Unlock(ctx)))
+		}
+		if got || gerr != nil {
 			return got, gerr
 		}
 	default:
@@ -403,11 +411,12 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	if l.fair != nil {
 		script, keys, args = lua.FairForceRelease, l.keys(l.channel), []string{o.c.publishCmd, nowMs()}
 	}
-	n, err := script.Exec(ctx, o.c.rdb, keys, args).AsInt64()
+	res, confirmed := o.c.run(ctx, script, keys, args) // once: a repeat could delete a hold taken since
+	n, err := res.AsInt64()
 	if err != nil {
 		return false, o.wrap(err)
 	}
-	return n == 1, nil
+	return n == 1, o.wrap(o.c.confirmed(confirmed))
 }
 
 // IsLocked reports whether anyone holds the lock.

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
@@ -46,6 +47,9 @@ type owner struct {
 	id   string // "<client UUID>:<n>"
 	kind *watchdog.Kind
 	err  error // a bad name, reported by every call
+	// undo releases one hold, as the primitive's release does: it gives back a hold too few
+	// replicas confirmed (WithSyncReplicas).
+	undo func(context.Context) error
 
 	// op serialises the owner's requests, so that its idea of its holds changes in the order
 	// Redis applied them even when goroutines share the owner. A channel, so that waiting
@@ -132,7 +136,7 @@ func (o *owner) check(ctx context.Context) error {
 // A request is a numbered request kept for repeating, with what its reply means when it is
 // learned late (settled).
 type request struct {
-	script     *rueidis.Lua
+	script     *lua.Script
 	keys, args []string
 	settled    func(rueidis.RedisMessage) error
 	sent       time.Time // when it was first sent: its mark lasts unlockLatch from about then
@@ -152,7 +156,7 @@ func (o *owner) nextRequest() (latch, n string) {
 // numbered runs a request numbered by nextRequest. When its outcome stays unknown it is kept
 // in o.unsettled, to be repeated before the owner's next request; the caller sets what its
 // answer will mean (settled). Caller holds op.
-func (o *owner) numbered(ctx context.Context, script *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
 	sent := time.Now()
 	msg, err := o.exec(ctx, script, keys, args)
 	if errors.Is(err, ErrOutcomeUnknown) {
@@ -290,7 +294,7 @@ func (o *owner) settle(ctx context.Context) error {
 		return nil
 	}
 	msg, err := o.exec(ctx, r.script, r.keys, r.args)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
 		return fmt.Errorf("%w (an earlier request of the handle is still unsettled)", o.wrap(err))
 	}
 	o.unsettled = nil
@@ -307,8 +311,73 @@ func (o *owner) settle(ctx context.Context) error {
 // script already sent is awaited whatever ctx says: only its reply tells what it did. When
 // no reply came back for a run that may have acted, the error wraps ErrOutcomeUnknown. A nil
 // reply is no error.
-func (c *Client) exec(ctx context.Context, s *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
-	return c.retry(ctx, func(ctx context.Context) rueidis.RedisResult { return s.Exec(ctx, c.rdb, keys, args) })
+//
+// With WithSyncReplicas, each run is followed by WAIT, and a run that got a reply but fewer
+// confirmations than asked returns its reply with an error wrapping ErrNotReplicated.
+func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
+	var confirmed int64
+	msg, err := c.retry(ctx, func(ctx context.Context) rueidis.RedisResult {
+		var res rueidis.RedisResult
+		res, confirmed = c.run(ctx, s, keys, args)
+		return res
+	})
+	if err == nil {
+		err = c.confirmed(confirmed)
+	}
+	return msg, err
+}
+
+// run runs s once and returns its result and how many replicas confirmed the run: with
+// WithSyncReplicas, WAIT follows the script, pipelined on one connection — WAIT counts the
+// replicas that have the connection's writes, and a blocking command gets a connection of
+// its own (rueidis) — and -1 means WAIT did not answer.
+func (c *Client) run(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisResult, int64) {
+	if c.replicas == 0 {
+		return s.Exec(ctx, c.rdb, keys, args), 0
+	}
+	run := func(whole bool) []rueidis.RedisResult {
+		return c.rdb.DoMulti(ctx, s.Cmd(c.rdb.B(), keys, args, whole),
+			c.rdb.B().Wait().Numreplicas(c.replicas).Timeout(c.replicaMs).Build())
+	}
+	// A script's first run is sent whole: sent by SHA where Redis lacks it, its WAIT would
+	// still wait — the whole timeout while a replica is missing — for a run that never was.
+	_, loaded := c.loaded.Load(s)
+	rs := run(!loaded)
+	rerr, isRedis := rueidis.IsRedisErr(rs[0].Error())
+	if loaded && isRedis && rerr.IsNoScript() { // Redis lost it (a restart, a failover)
+		rs = run(true)
+	} else if !loaded && !(isRedis && rerr.IsNoScript()) {
+		c.loaded.Store(s, struct{}{})
+	}
+	n, err := rs[1].AsInt64()
+	if err != nil {
+		n = -1
+	}
+	return rs[0], n
+}
+
+// confirmed is the error of a change n replicas confirmed (see WithSyncReplicas).
+func (c *Client) confirmed(n int64) error {
+	switch {
+	case n >= c.replicas:
+		return nil
+	case n < 0:
+		return fmt.Errorf("%w: no reply to the WAIT after it", ErrNotReplicated)
+	}
+	return fmt.Errorf("%w: %d of %d replicas within %d ms", ErrNotReplicated, n, c.replicas, c.replicaMs)
+}
+
+// replied reports whether a request got its reply: err is nil, or says only that too few
+// replicas confirmed the run (WithSyncReplicas).
+func replied(err error) bool { return err == nil || errors.Is(err, ErrNotReplicated) }
+
+// unconfirmed is the error of an acquisition that too few replicas confirmed (err), which
+// undo gave back (undid); an undo that failed other than unconfirmed is reported too.
+func unconfirmed(err, undid error) error {
+	if undid == nil || errors.Is(undid, ErrNotReplicated) {
+		return err
+	}
+	return errors.Join(err, fmt.Errorf("dsync: giving it back: %w", undid))
 }
 
 // retry runs do, which must be safe to repeat, as exec runs a script.
@@ -367,7 +436,7 @@ func (o *owner) wrap(err error) error {
 
 // A script is one request: a script with its keys and arguments.
 type script struct {
-	s          *rueidis.Lua
+	s          *lua.Script
 	keys, args []string
 }
 
@@ -390,7 +459,19 @@ type acquireOut struct {
 // of holds but Redis has none, or else a wait hint in ms (negative: unknown) — or {hint}
 // when the holder announces its release only on Redisson's channel (lock_acquire.lua). out,
 // if not nil, is given what the reply says besides.
+//
+// A hold taken that too few replicas confirmed (WithSyncReplicas) is given back with o.undo,
+// and the attempt fails with an error wrapping ErrNotReplicated.
 func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script, out *acquireOut) (int64, bool, error) {
+	ttl, ok, err := o.try(ctx, lease, req, out)
+	if ok && err != nil {
+		return 0, false, unconfirmed(o.wrap(err), o.undo(ctx))
+	}
+	return ttl, ok, err
+}
+
+// try is attempt, except that it reports a hold taken unconfirmed as taken, with the error.
+func (o *owner) try(ctx context.Context, lease time.Duration, req func() script, out *acquireOut) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
@@ -404,6 +485,10 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 	sent := time.Now()
 	r := req()
 	msg, err := o.exec(ctx, r.s, r.keys, r.args)
+	var unconfirmed error // a reply, but too few replicas confirmed the run
+	if errors.Is(err, ErrNotReplicated) {
+		unconfirmed, err = err, nil
+	}
 	if err != nil {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		return 0, false, o.wrap(err)
@@ -432,7 +517,7 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		if err := o.took(sent, lease, 0); err != nil {
 			return 0, false, err
 		}
-		return o.ttl().Milliseconds(), true, nil
+		return o.ttl().Milliseconds(), true, unconfirmed
 	}
 	if aerr == nil && len(arr) == 1 {
 		msg = arr[0]
@@ -481,6 +566,10 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 	r, h := req(last, latch, n)
 	sent := time.Now()
 	msg, err := o.numbered(ctx, r.s, r.keys, r.args)
+	var unconfirmed error // ran, but too few replicas confirmed it: it stands all the same
+	if errors.Is(err, ErrNotReplicated) {
+		unconfirmed, err = err, nil
+	}
 	v, verr := msg.AsInt64()
 	unknown := errors.Is(err, ErrOutcomeUnknown)
 	if h != nil {
@@ -533,11 +622,11 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 		// covered throughout, even though the field was back.
 		return o.lostErr("the lease was lost before the release")
 	}
-	return nil
+	return unconfirmed
 }
 
 // exec runs one request of the owner's, counting it. Caller holds op.
-func (o *owner) exec(ctx context.Context, s *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+func (o *owner) exec(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
 	o.requests++
 	return o.c.exec(ctx, s, keys, args)
 }
@@ -554,7 +643,7 @@ func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisM
 		return false, nil // a re-entry, which never claims
 	}
 	msg, err := o.exec(ctx, s.s, s.keys, s.args)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotReplicated) {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", zap.String("name", o.name), zap.Error(o.wrap(err)))
 		return false, nil

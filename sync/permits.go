@@ -99,17 +99,17 @@ func (p *Permits) Release(ctx context.Context) error {
 		<-round // a renewal on its way lands before the release, never after
 	}
 	live, err := p.s.release(ctx, p.ids)
-	if err != nil && !errors.Is(err, ErrOutcomeUnknown) {
+	if !replied(err) && !errors.Is(err, ErrOutcomeUnknown) {
 		// Refused: nothing ran, and the permits are still held, no longer renewed: they lapse
 		// with their lease unless Release is called again.
 		p.lease.Lapse()
 		p.released.Store(false)
 		return err
 	}
-	if err == nil && live >= 0 && live < len(p.ids) {
+	if replied(err) && live >= 0 && live < len(p.ids) {
 		reason := fmt.Sprintf("%d of %d permits had expired", len(p.ids)-live, len(p.ids))
 		p.lease.Lose(reason)
-		err = fmt.Errorf("%w: %w: %q: %s", ErrLockLost, ErrNotHeld, p.s.p.name, reason)
+		err = errors.Join(fmt.Errorf("%w: %w: %q: %s", ErrLockLost, ErrNotHeld, p.s.p.name, reason), err)
 	}
 	return err
 }
@@ -121,7 +121,7 @@ func (s *PermitSemaphore) TrySetPermits(ctx context.Context, n int) (bool, error
 		return false, err
 	}
 	msg, err := s.set(ctx, "try", n)
-	return err == nil && !msg.IsNil(), err
+	return replied(err) && !msg.IsNil(), err
 }
 
 // SetPermits makes the number of permits n in all, available and acquired: the available
@@ -226,15 +226,22 @@ func (s *PermitSemaphore) attempt(ctx context.Context, ids []string, ttl time.Du
 		args[4] = "1" // repeated as a cancel: the caller was told the permits are not its
 		return args
 	})
-	if err != nil || msg.IsNil() {
+	if !replied(err) {
 		return -1, false, err
+	}
+	if msg.IsNil() {
+		return -1, false, nil
 	}
 	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) == 1 {
 		ms, err := arr[0].AsInt64()
 		return ms, false, o.wrap(err)
 	}
-	if _, err := msg.AsInt64(); err != nil {
-		return -1, false, o.wrap(err)
+	if _, perr := msg.AsInt64(); perr != nil {
+		return -1, false, o.wrap(perr)
+	}
+	if err != nil {
+		_, undid := s.release(ctx, ids)
+		return -1, false, unconfirmed(err, undid)
 	}
 	o.c.mux.Wake(s.channel)
 	return -1, true, nil
@@ -277,11 +284,14 @@ func (s *PermitSemaphore) release(ctx context.Context, ids []string) (int, error
 		args := append(make([]string, 0, 4+len(ids)), nowMs(), req, unlockLatchMs, o.c.publishCmd)
 		return script{lua.PermitRelease, []string{o.name, s.timeouts, latch, s.channel}, append(args, ids...)}
 	}, nil)
-	if err != nil {
+	if !replied(err) {
 		return 0, err
 	}
-	live, err := msg.AsInt64()
-	return int(live), o.wrap(err)
+	live, perr := msg.AsInt64()
+	if perr != nil {
+		return 0, o.wrap(perr)
+	}
+	return int(live), err
 }
 
 // checkPermitID validates a permit ID: 16 bytes in hex.
@@ -305,8 +315,15 @@ func (s *PermitSemaphore) UpdateLeaseTime(ctx context.Context, id string, lease 
 		return false, invalid("lease", "must be >= 1ms, got %v", lease)
 	}
 	expiry := strconv.FormatInt(time.Now().Add(lease).UnixMilli(), 10)
-	n, err := s.state(ctx, "update", id, expiry).AsInt64()
-	return n == 1, s.p.wrap(err)
+	r := s.state(ctx, "update", id, expiry)
+	if !replied(r.err) {
+		return false, s.p.wrap(r.err)
+	}
+	n, err := r.msg.AsInt64()
+	if err != nil {
+		return false, s.p.wrap(err)
+	}
+	return n == 1, s.p.wrap(r.err)
 }
 
 // LeaseTime returns how long the permit id has before its lease ends, NoExpiry for a permit
@@ -360,6 +377,9 @@ func (s *PermitSemaphore) state(ctx context.Context, mode string, args ...string
 	}
 	msg, err := o.c.exec(ctx, lua.PermitState, []string{o.name, s.timeouts, s.channel},
 		append([]string{mode, nowMs(), o.c.publishCmd}, args...))
+	if mode != "update" && errors.Is(err, ErrNotReplicated) {
+		err = nil // a read: what it gave back of expired permits needs no confirming
+	}
 	return stateReply{msg, err}
 }
 

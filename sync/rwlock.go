@@ -49,6 +49,7 @@ func (c *Client) RWLock(name string) *RWLock {
 	l.r.init(c, name, c.readKind)
 	l.w.init(c, name, c.lockKind)
 	l.w.id = l.r.id + ":write"
+	l.r.undo, l.w.undo = l.RUnlock, l.Unlock
 	l.timeouts = readTimeouts(name, l.r.id)
 	l.prefix = strings.TrimSuffix(suffixName(name, ""), ":")
 	return l

@@ -81,7 +81,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 		return false, err
 	}
 	msg, err := s.set(ctx, "try", n)
-	return err == nil && !msg.IsNil(), err
+	return replied(err) && !msg.IsNil(), err
 }
 
 // SetPermits sets the number of available permits to n, whatever it was, and wakes waiters.
@@ -99,14 +99,17 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 // is not known: the error wraps ErrOutcomeUnknown.
 func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	msg, err := s.set(ctx, "drain", 0)
-	if err != nil {
+	if !replied(err) {
 		return 0, err
 	}
-	n, err := msg.AsInt64()
-	if err == nil && n < 0 {
-		err = fmt.Errorf("%w: %q: the permits were drained, but the reply that counted them was lost", ErrOutcomeUnknown, s.p.name)
+	n, perr := msg.AsInt64()
+	switch {
+	case perr != nil:
+		return 0, s.p.wrap(perr)
+	case n < 0:
+		return 0, fmt.Errorf("%w: %q: the permits were drained, but the reply that counted them was lost", ErrOutcomeUnknown, s.p.name)
 	}
-	return int(max(n, 0)), err
+	return int(n), err
 }
 
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
@@ -207,13 +210,12 @@ func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload
 
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
 	c := s.p.c
-	ns := strconv.Itoa(n)
 	var h *heir
 	if limit != 0 && c.maxHandoff > 0 {
 		h = &heir{key: s.channel, permits: n}
 	}
 	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
-		ok, more, err := s.attempt(ctx, ns)
+		ok, more, err := s.attempt(ctx, n)
 		if h != nil {
 			h.more.Store(more)
 		}
@@ -249,17 +251,18 @@ func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.
 // attempt makes one acquisition of n permits, and reports when it fails whether it found
 // some permits (or cannot tell). One that leaves permits (or cannot tell) wakes the
 // Client's next waiter: its turn. One that leaves none does not: with no lease to end, only
-// a release, whose message wakes the next waiter, can serve it.
-func (s *Semaphore) attempt(ctx context.Context, n string) (ok, more bool, err error) {
+// a release, whose message wakes the next waiter, can serve it. Permits taken that too few
+// replicas confirmed (WithSyncReplicas) are given back, and the error says so.
+func (s *Semaphore) attempt(ctx context.Context, n int) (ok, more bool, err error) {
 	o := &s.p.owner
 	msg, err := s.p.request(ctx, func(latch, req string) script {
 		return script{lua.SemAcquire, []string{o.name, latch, s.channel},
-			[]string{n, req, unlockLatchMs, "0", o.c.publishCmd}}
+			[]string{strconv.Itoa(n), req, unlockLatchMs, "0", o.c.publishCmd}}
 	}, func(args []string) []string {
 		args[3] = "1" // repeated as a cancel: the caller was told the permits are not its
 		return args
 	})
-	if err != nil {
+	if !replied(err) {
 		return false, false, err
 	}
 	if msg.IsNil() {
@@ -269,9 +272,12 @@ func (s *Semaphore) attempt(ctx context.Context, n string) (ok, more bool, err e
 		avail, err := arr[0].AsInt64()
 		return false, avail > 0, o.wrap(err)
 	}
-	left, err := msg.AsInt64()
+	left, perr := msg.AsInt64()
+	if perr != nil {
+		return false, false, o.wrap(perr)
+	}
 	if err != nil {
-		return false, false, o.wrap(err)
+		return false, false, unconfirmed(err, s.add(ctx, n))
 	}
 	if left != 0 {
 		o.c.mux.Wake(s.channel)

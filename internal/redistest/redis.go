@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -69,6 +70,13 @@ var errPortTaken = errors.New("port already in use")
 // always skipped.
 func Redis(t testing.TB) *Backend {
 	t.Helper()
+	return &Backend{Name: NameRedis, Addr: start(t).addr}
+}
+
+// start starts a redis-server with args besides the defaults, killed when the test
+// finishes.
+func start(t testing.TB, args ...string) *redisProcess {
+	t.Helper()
 	path := redisServerPath(t)
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
@@ -76,7 +84,7 @@ func Redis(t testing.TB) *Backend {
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
-		srv, err := startRedis(path, dir, port)
+		srv, err := startRedis(path, dir, port, args...)
 		if err == nil {
 			t.Cleanup(func() {
 				srv.stop()
@@ -84,7 +92,7 @@ func Redis(t testing.TB) *Backend {
 					t.Logf("redis-server on %s output:\n%s", srv.addr, srv.out.String())
 				}
 			})
-			return &Backend{Name: NameRedis, Addr: srv.addr}
+			return srv
 		}
 		if errors.Is(err, errPortTaken) && attempt < startAttempts {
 			continue
@@ -92,6 +100,66 @@ func Redis(t testing.TB) *Backend {
 		t.Fatalf("redistest: %v", err)
 	}
 }
+
+// A Replica is a redis-server replicating a real Redis backend, started by StartReplica.
+type Replica struct {
+	// Addr is the host:port the replica listens on.
+	Addr string
+	srv  *redisProcess
+}
+
+// StartReplica starts a fresh redis-server replicating master (a real Redis backend: see
+// Redis), and returns once the replica is in sync, so that the master's WAIT counts it. It
+// is killed when the test finishes.
+func StartReplica(t testing.TB, master *Backend) *Replica {
+	t.Helper()
+	if master.Name != NameRedis {
+		t.Fatalf("redistest: a replica needs a real Redis master, got %s", master.Name)
+	}
+	host, port, err := net.SplitHostPort(master.Addr)
+	if err != nil {
+		t.Fatalf("redistest: master address %q: %v", master.Addr, err)
+	}
+	// A diskless full sync waits 5 s by default for more replicas to share it.
+	m := ClientFor(t, master.Addr)
+	if err := m.Do(context.Background(), m.B().ConfigSet().ParameterValue().
+		ParameterValue("repl-diskless-sync-delay", "0").Build()).Error(); err != nil {
+		t.Fatalf("redistest: master %s: %v", master.Addr, err)
+	}
+	srv := start(t, "--replicaof", host, port)
+	c := ClientFor(t, srv.addr)
+	// In sync once the replica says its link is up, the master counts it online, and a
+	// write of the master's reaches every online replica: after a full sync the master
+	// streams nothing to the replica until its first acknowledgement, up to a second later.
+	_, ownPort, _ := net.SplitHostPort(srv.addr)
+	ctx := context.Background()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			info, err = m.Do(ctx, m.B().Info().Section("replication").Build()).ToString()
+			if err == nil && strings.Contains(info, "port="+ownPort+",state=online") {
+				online := int64(strings.Count(info, ",state=online"))
+				// PUBLISH is a write every replica gets, and leaves no key behind.
+				rs := m.DoMulti(ctx, m.B().Publish().Channel("redistest:sync").Message("").Build(),
+					m.B().Wait().Numreplicas(online).Timeout(100).Build())
+				var n int64
+				if n, err = rs[1].AsInt64(); err == nil && n >= online {
+					return &Replica{Addr: srv.addr, srv: srv}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica %s of %s not in sync after %v (%v); output:\n%s",
+				srv.addr, master.Addr, startTimeout, err, srv.out.String())
+		}
+		time.Sleep(probeInterval)
+	}
+}
+
+// Stop kills the replica at once, as a crash would: from then on the master's WAIT counts
+// it out.
+func (r *Replica) Stop() { r.srv.stop() }
 
 // redisServerPath finds redis-server, or skips or fails the test as
 // LATCHKEY_REDIS asks when it should not or cannot be used.
@@ -126,7 +194,7 @@ type redisProcess struct {
 // startRedis starts redis-server on port and waits until that very process
 // answers PING. The output is included in the error, because a server that
 // fails to start has nothing else to say why.
-func startRedis(path, dir string, port int) (*redisProcess, error) {
+func startRedis(path, dir string, port int, args ...string) (*redisProcess, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	out := &syncBuffer{}
 	cmd := exec.Command(path,
@@ -139,6 +207,7 @@ func startRedis(path, dir string, port int) (*redisProcess, error) {
 		"--protected-mode", "no",
 		"--dir", dir,
 	)
+	cmd.Args = append(cmd.Args, args...)
 	cmd.Stdout = out
 	cmd.Stderr = out
 	// Should redis-server ever leave a child holding the output pipe (a

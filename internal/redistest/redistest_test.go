@@ -282,3 +282,33 @@ func TestStartRedisPortTaken(t *testing.T) {
 		t.Fatalf("got %v, want errPortTaken", err)
 	}
 }
+
+// A started replica is in sync at once: the master's WAIT counts it for the first write,
+// and no longer once it is stopped.
+func TestStartReplica(t *testing.T) {
+	t.Parallel()
+	master := Redis(t)
+	r := StartReplica(t, master)
+	ctx := context.Background()
+	m := master.Client(t)
+	wait := func() int64 {
+		t.Helper()
+		rs := m.DoMulti(ctx, m.B().Set().Key("k").Value("v").Build(), m.B().Wait().Numreplicas(1).Timeout(50).Build())
+		n, err := rs[1].AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := wait(); n != 1 {
+		t.Fatalf("WAIT after the replica started: %d, want 1", n)
+	}
+	rc := ClientFor(t, r.Addr)
+	if v, err := rc.Do(ctx, rc.B().Get().Key("k").Build()).ToString(); v != "v" || err != nil {
+		t.Fatalf("the replica's copy: %q, %v", v, err)
+	}
+	r.Stop()
+	if n := wait(); n != 0 {
+		t.Fatalf("WAIT after the replica stopped: %d, want 0", n)
+	}
+}

@@ -1,0 +1,282 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// keysBut lists the server's keys, unlock latches aside, less those named.
+func keysBut(t *testing.T, rdb rueidis.Client, but ...string) []string {
+	t.Helper()
+	keys, err := rdb.Do(context.Background(), rdb.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys = slices.DeleteFunc(keys, func(k string) bool {
+		return strings.HasPrefix(k, unlockLatchPrefix) || slices.Contains(but, k)
+	})
+	slices.Sort(keys)
+	return keys
+}
+
+// checkUnconfirmed checks, on a Client whose replicas do not confirm (fewer than
+// WithSyncReplicas asks), that every acquisition fails with ErrNotReplicated and leaves
+// nothing held, and that every other change stands on the master and says it was not
+// confirmed.
+func checkUnconfirmed(t *testing.T, ctx context.Context, c *Client, rdb rueidis.Client) {
+	t.Helper()
+	nr := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("%s: %v, want ErrNotReplicated", what, err)
+		}
+	}
+	nr("Lock", c.Lock("plain").Lock(ctx))
+	ok, err := c.FairLock("fair").TryLock(ctx, WaitTime(time.Second))
+	nr("FairLock.TryLock", err)
+	if ok {
+		t.Fatal("FairLock.TryLock took an unconfirmed lock")
+	}
+	_, _, err = c.FencedLock("fenced").TryLockToken(ctx)
+	nr("FencedLock.TryLockToken", err)
+	rw := c.RWLock("rw")
+	nr("RWLock.RLock", rw.RLock(ctx))
+	nr("RWLock.Lock", rw.Lock(ctx))
+
+	sem := c.Semaphore("sem")
+	ok, err = sem.TrySetPermits(ctx, 3)
+	nr("Semaphore.TrySetPermits", err)
+	if !ok {
+		t.Fatal("Semaphore.TrySetPermits reported the permits not set, though they stand")
+	}
+	nr("Semaphore.Acquire", sem.Acquire(ctx, 2))
+	if n, err := sem.AvailablePermits(ctx); n != 3 || err != nil {
+		t.Fatalf("Semaphore.AvailablePermits after an unconfirmed acquire: %d, %v; want 3", n, err)
+	}
+	perm := c.PermitSemaphore("perm")
+	_, err = perm.TrySetPermits(ctx, 3)
+	nr("PermitSemaphore.TrySetPermits", err)
+	p, err := perm.Acquire(ctx, 2)
+	nr("PermitSemaphore.Acquire", err)
+	if p != nil {
+		t.Fatal("PermitSemaphore.Acquire returned unconfirmed permits")
+	}
+	if n, err := perm.AcquiredPermits(ctx); n != 0 || err != nil {
+		t.Fatalf("PermitSemaphore.AcquiredPermits after an unconfirmed acquire: %d, %v; want 0", n, err)
+	}
+	latch := c.CountDownLatch("latch")
+	_, err = latch.TrySetCount(ctx, 2)
+	nr("CountDownLatch.TrySetCount", err)
+	nr("CountDownLatch.CountDown", latch.CountDown(ctx))
+	if n, err := latch.Count(ctx); n != 1 || err != nil {
+		t.Fatalf("CountDownLatch.Count after an unconfirmed count-down: %d, %v; want 1 (it stands)", n, err)
+	}
+	// What stands: the counters' keys, and the fenced lock's token counter, which only grows.
+	if left := keysBut(t, rdb, "sem", "perm", "latch", "sem-held", "redisson_lock_token:{fenced}"); len(left) > 0 {
+		t.Fatalf("keys left by unconfirmed acquisitions: %q", left)
+	}
+}
+
+// Without replicas to confirm them, every acquisition fails and leaves nothing held: on
+// miniredis, whose WAIT always counts 0, and on a Redis without replicas.
+func TestSyncReplicasNoReplica(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, rdb := newClient(t, b.Addr, WithSyncReplicas(1, 20*time.Millisecond))
+		checkUnconfirmed(t, ctx, c, rdb)
+	})
+}
+
+func TestSyncReplicasBadInput(t *testing.T) {
+	t.Parallel()
+	b := redistest.Miniredis(t)
+	rdb := redistest.ClientFor(t, b.Addr)
+	for _, tc := range []struct {
+		n       int
+		timeout time.Duration
+		names   string
+	}{
+		{-1, time.Second, "replicas"},
+		{1, 0, "replica timeout"},
+		{1, 999 * time.Microsecond, "replica timeout"},
+		{0, -time.Second, "replica timeout"},
+	} {
+		_, err := New(rdb, WithSyncReplicas(tc.n, tc.timeout))
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.names) {
+			t.Errorf("WithSyncReplicas(%d, %v): %v, want ErrInvalidArgument naming %q", tc.n, tc.timeout, err, tc.names)
+		}
+	}
+	// 0 replicas waits for none: the default.
+	c, err := New(rdb, WithSyncReplicas(0, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t, 5*time.Second)
+	l := c.Lock("zero")
+	must(t, l.Lock(ctx))
+	must(t, l.Unlock(ctx))
+}
+
+// With a replica confirming, every primitive works and the replica has each hold by the time
+// its acquisition returns; once the replica is stopped, acquisitions fail and are given back,
+// a release stands unconfirmed, and a lease kept by the watchdog is lost when its renewals
+// go unconfirmed.
+func TestSyncReplicasReplicaStopped(t *testing.T) {
+	t.Parallel()
+	master := redistest.Redis(t)
+	replica := redistest.StartReplica(t, master)
+	ctx := testCtx(t, 30*time.Second)
+	c, rdb := newClient(t, master.Addr, WithSyncReplicas(1, 200*time.Millisecond), WithWatchdogTimeout(900*time.Millisecond))
+	rep := redistest.ClientFor(t, replica.Addr)
+	onReplica := func(name, field string) bool {
+		t.Helper()
+		n, err := rep.Do(ctx, rep.B().Hexists().Key(name).Field(field).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+
+	held := c.Lock("held")
+	must(t, held.Lock(ctx, Lease(time.Minute)))
+	if !onReplica("held", held.Owner()) {
+		t.Fatal("Lock returned before the replica had the hold")
+	}
+	fair := c.FairLock("fair-held")
+	must(t, fair.Lock(ctx))
+	if !onReplica("fair-held", fair.Owner()) {
+		t.Fatal("FairLock.Lock returned before the replica had the hold")
+	}
+	// A fair lock's grant is confirmed by the waiter's own attempt.
+	c2, _ := newClient(t, master.Addr, WithSyncReplicas(1, 200*time.Millisecond))
+	next := c2.FairLock("fair-held")
+	granted := make(chan error, 1)
+	go func() { granted <- next.Lock(ctx) }()
+	eventually(t, 5*time.Second, "the second fair handle queues", func() bool {
+		n, err := rdb.Do(ctx, rdb.B().Llen().Key("redisson_lock_queue:{fair-held}").Build()).AsInt64()
+		return err == nil && n == 1
+	})
+	must(t, fair.Unlock(ctx))
+	must(t, <-granted)
+	if !onReplica("fair-held", next.Owner()) {
+		t.Fatal("a granted FairLock.Lock returned before the replica had the hold")
+	}
+	must(t, next.Unlock(ctx))
+	rw := c.RWLock("rw-held")
+	must(t, rw.RLock(ctx))
+	if !onReplica("rw-held", rw.Owner()) {
+		t.Fatal("RLock returned before the replica had the hold")
+	}
+	must(t, rw.RUnlock(ctx))
+	sem := c.Semaphore("sem-held")
+	must(t, sem.SetPermits(ctx, 2))
+	must(t, sem.Acquire(ctx, 1))
+	if n, err := rep.Do(ctx, rep.B().Get().Key("sem-held").Build()).AsInt64(); n != 1 || err != nil {
+		t.Fatalf("the replica's permits after a confirmed Acquire: %d, %v; want 1", n, err)
+	}
+	must(t, sem.Release(ctx, 1))
+	kept := c.Lock("kept") // by the watchdog, whose renewals go unconfirmed below
+	must(t, kept.Lock(ctx))
+
+	replica.Stop()
+
+	// A re-entry unconfirmed is given back: the hold it re-entered stays, once.
+	if err := held.Lock(ctx, Lease(time.Minute)); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("re-entry with the replica stopped: %v, want ErrNotReplicated", err)
+	}
+	if n, err := held.HoldCount(ctx); n != 1 || err != nil {
+		t.Fatalf("HoldCount after an unconfirmed re-entry: %d, %v; want 1", n, err)
+	}
+	if v, err := rdb.Do(ctx, rdb.B().Hget().Key("held").Field(held.Owner()).Build()).AsInt64(); v != 1 || err != nil {
+		t.Fatalf("the hold's count on the master after an unconfirmed re-entry: %d, %v; want 1", v, err)
+	}
+	// A release stands on the master, and says it was not confirmed.
+	if err := held.Unlock(ctx); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Unlock with the replica stopped: %v, want ErrNotReplicated", err)
+	}
+	if exists(t, rdb, "held") {
+		t.Fatal("an unconfirmed Unlock left the lock on the master")
+	}
+	select {
+	case <-kept.Lost():
+	case <-ctx.Done():
+		t.Fatal("a lease whose renewals went unconfirmed was never lost")
+	}
+	if kept.Valid() {
+		t.Fatal("Valid after the lease was lost")
+	}
+	_ = kept.Unlock(ctx)
+	checkUnconfirmed(t, ctx, c, rdb)
+}
+
+// With WAIT, an acquisition returns only once the replica has it: while the replica cannot
+// be reached, the script has run on the master but Lock has not returned; once it can,
+// Lock returns holding, and the replica has the hold.
+func TestSyncReplicasWaitForTheReplica(t *testing.T) {
+	t.Parallel()
+	master := redistest.Redis(t)
+	link := redistest.NewProxy(t, master.Addr)
+	replica := redistest.StartReplica(t, &redistest.Backend{Name: redistest.NameRedis, Addr: link.Addr()})
+	ctx := testCtx(t, 30*time.Second)
+	c, rdb := newClient(t, master.Addr, WithSyncReplicas(1, 20*time.Second))
+	rep := redistest.ClientFor(t, replica.Addr)
+
+	link.Blackhole(true) // the replica loses its master
+	l := c.Lock("await")
+	done := make(chan error, 1)
+	go func() { done <- l.Lock(ctx) }()
+	eventually(t, 10*time.Second, "the acquire runs on the master", func() bool { return exists(t, rdb, "await") })
+	select {
+	case err := <-done:
+		t.Fatalf("Lock returned (%v) while the replica could not have the hold", err)
+	default:
+	}
+	link.Blackhole(false) // the replica reconnects, and catches up
+	if err := <-done; err != nil {
+		t.Fatalf("Lock once the replica is back: %v", err)
+	}
+	n, err := rep.Do(ctx, rep.B().Hexists().Key("await").Field(l.Owner()).Build()).AsInt64()
+	if n != 1 || err != nil {
+		t.Fatalf("the replica's hold when Lock returned: %d, %v; want 1", n, err)
+	}
+	must(t, l.Unlock(ctx))
+}
+
+// A fair lock's grant, written by the releaser's script, counts only once the waiter's own
+// attempt has it confirmed: granted while the replica is away, the waiter gives it back.
+func TestSyncReplicasFairGrantUnconfirmed(t *testing.T) {
+	t.Parallel()
+	master := redistest.Redis(t)
+	link := redistest.NewProxy(t, master.Addr)
+	redistest.StartReplica(t, &redistest.Backend{Name: redistest.NameRedis, Addr: link.Addr()})
+	ctx := testCtx(t, 20*time.Second)
+	c1, rdb := newClient(t, master.Addr, WithSyncReplicas(1, 100*time.Millisecond))
+	c2, _ := newClient(t, master.Addr, WithSyncReplicas(1, 100*time.Millisecond))
+	first, next := c1.FairLock("grant"), c2.FairLock("grant")
+	must(t, first.Lock(ctx))
+	granted := make(chan error, 1)
+	go func() { granted <- next.Lock(ctx) }()
+	eventually(t, 5*time.Second, "the second handle queues", func() bool {
+		n, err := rdb.Do(ctx, rdb.B().Llen().Key("redisson_lock_queue:{grant}").Build()).AsInt64()
+		return err == nil && n == 1
+	})
+	link.Blackhole(true)
+	if err := first.Unlock(ctx); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Unlock with the replica away: %v, want ErrNotReplicated", err)
+	}
+	if err := <-granted; !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("a grant's waiter with the replica away: %v, want ErrNotReplicated", err)
+	}
+	if left := keysBut(t, rdb); len(left) > 0 {
+		t.Fatalf("keys left: %q", left)
+	}
+}

@@ -4,7 +4,8 @@
 // read-write lock waits under continuous readers (rw.go), a lock no Go peer has; how close
 // latchkey's Semaphore comes to the rate its permits allow, against a hand-written INCR/DECR
 // gate (semaphore.go); and how soon a CountDownLatch's count-down reaches 1,000 awaiters
-// (latch.go).
+// (latch.go); and, uncontended, its MultiLock, its RedLock against redsync over five servers,
+// and its Lock confirmed by a replica (quorum.go).
 //
 //	cd bench && go run . [-redis ADDR] [-dur D] [-out DIR]
 //
@@ -63,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.scaleLocks, "scale-locks", 1000, "locks of the waiters-at-scale scenario")
 	fs.StringVar(&only, "only", "", "run only the contenders, read-write, semaphore and latch rows whose name contains one of these comma-separated `words` "+
 		"(profiling, short runs); naming no lock contender skips floor, solo, parallel, contended and waiters at scale: "+
-		"-only RWLock runs the read-write scenario alone, -only Semaphore the semaphore scenario, -only CountDownLatch the latch fan-out")
+		"-only RWLock runs the read-write scenario alone, -only Semaphore the semaphore scenario, -only CountDownLatch the latch fan-out, -only RedLock the quorum scenario (MultiLock, RedLock, redsync over 5 servers, WithSyncReplicas)")
 	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel, contended, read-write and semaphore run (profiling; use with -only)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each scenario's time is split into, the contenders taking turns, so drift in the machine's speed hits all alike")
 	fs.BoolVar(&o.pin, "pin", true, "run the latency scenarios (floor, solo) with this process and the redis-server it started on one CPU (Linux)")
@@ -153,7 +154,8 @@ type results struct {
 	rows    []row
 	rw      []rwRow
 	sem     []semRow
-	latch   *latchResult // nil when not run
+	latch   *latchResult  // nil when not run
+	quorum  *quorumResult // nil when not run
 	started time.Time
 }
 
@@ -251,6 +253,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	res.latch = runLatch(ctx, srv, o, stdout)
+	res.quorum = runQuorum(ctx, o, stdout)
 	overlaps, oversubscribed := res.overlaps(), res.oversubscribed()
 	fmt.Fprintln(stdout)
 	report := markdown(res)
@@ -284,6 +287,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if res.latch != nil && res.latch.err != nil {
 		return fmt.Errorf("%s failed: %w", latchName, res.latch.err)
+	}
+	if q := res.quorum; q != nil {
+		if q.err != nil {
+			return fmt.Errorf("%s failed: %w", quorumName, q.err)
+		}
+		for _, r := range q.rows {
+			if r.err != nil {
+				return fmt.Errorf("%s %s failed: %w", r.name, r.servers, r.err)
+			}
+		}
 	}
 	return nil
 }

@@ -155,6 +155,7 @@ func markdown(res *results) string {
 	section(len(res.rw) > 0, func() { rwMarkdown(&b, res.rw, res.opts.dur) })
 	section(len(res.sem) > 0, func() { semMarkdown(&b, res) })
 	section(res.latch != nil, func() { latchMarkdown(&b, *res.latch) })
+	section(res.quorum != nil, func() { quorumMarkdown(&b, *res.quorum) })
 	return b.String()
 }
 

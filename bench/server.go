@@ -22,7 +22,8 @@ type server struct {
 	dir   string
 }
 
-func startServer() (*server, error) {
+// startServer starts a redis-server on a free loopback port, with args besides the defaults.
+func startServer(args ...string) (*server, error) {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("no -redis given and no redis-server on PATH: %w", err)
@@ -39,6 +40,7 @@ func startServer() (*server, error) {
 	ln.Close()
 	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", dir, "--protected-mode", "no")
+	cmd.Args = append(cmd.Args, args...)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -12,9 +12,9 @@ for i, key in ipairs(KEYS) do
         local raw = unhex(string.sub(ids, j, j + 31))
         local exp = tonumber(redis.call('zscore', key, raw))
         if exp and exp > now then
-            if exp < now + lease then
-                redis.call('zadd', key, now + lease, raw)
-            end
+            -- Written even when the lease is longer already (by 1 ms: a zadd of the same score
+            -- writes nothing), so that a WAIT after the script covers whatever set it.
+            redis.call('zadd', key, math.max(now + lease, exp + 1), raw)
         else
             ok = 0
         end

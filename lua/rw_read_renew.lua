@@ -12,7 +12,7 @@ for i = 1, #KEYS / 2 do
         for k = 1, n do
             grow(KEYS[2 * i] .. ':' .. k, lease)
         end
-        extend(key, lease)
+        redis.call('pexpire', key, math.max(redis.call('pttl', key), lease)) -- written: see lock_renew
         held[i] = 1
     else
         held[i] = 0

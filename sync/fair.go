@@ -73,6 +73,11 @@ func (l *exclusive) leave(ctx context.Context, lease time.Duration) (bool, error
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
 				return false, nil
 			}
+			if o.c.replicas > 0 {
+				// Granted by the releaser's script, which only an attempt of the owner's own
+				// could confirm (WithSyncReplicas): the wait ended without it, so it goes on.
+				return false, o.giveBack(ctx, 1)
+			}
 			err := o.took(o.sent, lease, 0)
 			return err == nil, err
 		})

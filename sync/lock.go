@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"time"
 
@@ -70,7 +69,10 @@ type exclusive struct {
 
 func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
 	l.o.init(c, name, c.lockKind)
-	l.o.undo = l.Unlock
+	l.o.releaser = func(holds int, latch, n string) script {
+		r, _ := l.release(holds, latch, n, nil)
+		return r
+	}
 	l.channel, l.fair = prefixName(lockChannelPrefix, name), fair
 	if fair != nil {
 		l.wakeCh = l.channel + ":" + l.o.id
@@ -254,13 +256,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	switch {
 	case ok:
 	case l.fair != nil:
-		got, gerr := l.leave(ctx, lease)
-		if got && o.c.replicas > 0 {
-			// Granted as the wait ended, by the releaser's script, which only an attempt of
-			// the owner's own could confirm (WithSyncReplicas): the wait ended without it.
-			return false, errors.Join(err, unconfirmed(gerr, l.Unlock(ctx)))
-		}
-		if got || gerr != nil {
+		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
 			return got, gerr
 		}
 	default:
@@ -371,32 +367,42 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 		if last && l.fair == nil && l.tokenKey == "" && o.run < o.c.maxHandoff && !o.c.isClosed() {
 			h = o.c.heirs.reserve(o.name)
 		}
-		leaseMs := strconv.FormatInt(o.ttl().Milliseconds(), 10)
-		if l.fair != nil {
-			return script{lua.FairRelease, l.keys(l.channel, latch),
-				[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n, nowMs()}}, nil
-		}
-		// Whether the Client has waiters left: besides the heir, if it hands the lock on.
-		heirs := 0
-		if h != nil {
-			heirs = 1
-		}
-		left := o.c.mux.Waiters(l.wakeCh) > heirs
-		registered = last && h == nil && left
-		args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n,
-			o.c.lockToken, flag(left), o.c.fairWaitMs}
-		if o.c.beforeRelease != nil {
-			o.c.beforeRelease()
-		}
-		if h != nil {
-			args = append(args, h.o.id, h.leaseMs)
-		}
-		return script{lua.LockRelease, []string{o.name, l.channel, latch, l.clients}, args}, h
+		var r script
+		r, registered = l.release(o.count, latch, n, h)
+		registered = registered && last
+		return r, h
 	})
 	if registered && o.c.mux.Waiters(l.wakeCh) == 0 && !o.c.isClosed() {
 		l.waitLeft(ctx) // the waiters it registered for left while it was on its way
 	}
 	return err
+}
+
+// release makes the numbered release of one of holds the owner has in Redis, handing the
+// lock to h if not nil, and reports whether, at the last hold, it registers the Client again
+// for waiters it has left.
+func (l *exclusive) release(holds int, latch, n string, h *heir) (script, bool) {
+	o := &l.o
+	leaseMs := strconv.FormatInt(o.ttl().Milliseconds(), 10)
+	if l.fair != nil {
+		return script{lua.FairRelease, l.keys(l.channel, latch),
+			[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs()}}, false
+	}
+	// Whether the Client has waiters left: besides the heir, if it hands the lock on.
+	heirs := 0
+	if h != nil {
+		heirs = 1
+	}
+	left := o.c.mux.Waiters(l.wakeCh) > heirs
+	args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n,
+		o.c.lockToken, flag(left), o.c.fairWaitMs}
+	if o.c.beforeRelease != nil {
+		o.c.beforeRelease()
+	}
+	if h != nil {
+		args = append(args, h.o.id, h.leaseMs)
+	}
+	return script{lua.LockRelease, []string{o.name, l.channel, latch, l.clients}, args}, h == nil && left
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there

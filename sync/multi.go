@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
+	gosync "sync"
 	"time"
 )
 
@@ -34,8 +36,8 @@ func (r rwReader) where() string   { return r.l.where() }
 // not safe for concurrent use (it holds, or not, as one owner).
 //
 // An acquisition takes the locks in the order given, each with its own wait. When one is not
-// taken, every lock taken so far is released and, while the wait allows, the acquisition
-// starts again from the first. So two goroutines that take the same locks in opposite order
+// taken, every lock taken so far is released (all at once, as is every release) and, while
+// the wait allows, the acquisition starts again from the first. So two goroutines that take the same locks in opposite order
 // through MultiLocks do not deadlock: the one whose wait for its second lock runs out first
 // lets its first go.
 type Multi struct {
@@ -127,7 +129,8 @@ func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error
 	return m.try(ctx, cfg, cfg.wait)
 }
 
-// try runs Redisson's multi-lock (or red lock) acquisition with wait in all.
+// try runs Redisson's multi-lock (or red lock) acquisition with wait in all: rounds until
+// one takes every lock (a quorum), or the wait is over.
 func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bool, error) {
 	if ctx == nil {
 		return false, invalid("ctx", "must not be nil")
@@ -138,44 +141,23 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 	if len(m.held) > 0 {
 		return false, fmt.Errorf("%w: the multi-lock is held already", ErrInvalidArgument)
 	}
-	n := len(m.locks)
-	need := n // a red lock's quorum
-	if m.red {
-		need = n/2 + 1
+	var lease []TryLockOption
+	if cfg.leaseSet {
+		lease = []TryLockOption{Lease(cfg.lease)}
 	}
-	start := time.Now()
-	deadline := start.Add(wait)
-	failed := 0
-	for i := 0; i < n; i++ {
-		var opts []TryLockOption
-		if cfg.leaseSet {
-			opts = append(opts, Lease(cfg.lease))
-		}
-		lctx, cancel := ctx, context.CancelFunc(func() {})
+	deadline := time.Now().Add(wait)
+	for {
+		start := time.Now()
+		round := m.round
 		if m.red {
-			// Each master gets its share of the wait, and an unreachable one no more.
-			each := max(time.Until(deadline)/time.Duration(n), redMinWait)
-			opts = append(opts, WaitTime(max(time.Until(deadline)/time.Duration(n), 0)))
-			lctx, cancel = context.WithTimeout(ctx, each)
-		} else if wait > 0 {
-			opts = append(opts, WaitTime(max(time.Until(deadline), 0)))
+			round = m.redRound
 		}
-		ok, err := m.locks[i].TryLock(lctx, opts...)
-		cancel()
-		switch {
-		case err != nil && !errors.Is(err, ErrLockLost) && (!m.red || ctx.Err() != nil):
-			// (A lease that ran out before the acquire returned is a lock not taken.)
+		ok, err := round(ctx, lease, wait, deadline)
+		if err != nil {
 			return false, errors.Join(err, m.release(ctx, true))
-		case ok:
-			m.held = append(m.held, m.locks[i])
-		default: // not taken, or a red lock's master failed: one failure more
-			failed++
 		}
-		if failed <= n-need && (i < n-1 || !m.expired(cfg, start)) {
-			if i == n-1 {
-				return true, nil
-			}
-			continue
+		if ok && !m.expired(cfg, start) {
+			return true, nil
 		}
 		if err := m.release(ctx, true); err != nil {
 			return false, err
@@ -183,9 +165,50 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 		if wait <= 0 || time.Until(deadline) <= 0 {
 			return false, nil
 		}
-		failed, i = 0, -1 // again from the first lock
+	}
+}
+
+// round takes the locks one after another, each waiting up to the deadline (with a wait),
+// and stops at the first not taken.
+func (m *Multi) round(ctx context.Context, lease []TryLockOption, wait time.Duration, deadline time.Time) (bool, error) {
+	for _, l := range m.locks {
+		opts := lease
+		if wait > 0 {
+			opts = append(slices.Clip(lease), WaitTime(max(time.Until(deadline), 0)))
+		}
+		ok, err := l.TryLock(ctx, opts...)
+		if err != nil && !errors.Is(err, ErrLockLost) { // (a lease that ran out before the acquire returned: not taken)
+			return false, err
+		}
+		if !ok {
+			return false, nil
+		}
+		m.held = append(m.held, l)
 	}
 	return true, nil
+}
+
+// redRound asks every master at once, as the Redlock write-up does: a round costs the
+// slowest master's answer, not the sum of all. Each gets its share of the wait left (as in
+// Redisson's red lock, whose masters are asked one after another), and at least redMinWait
+// to answer; one that fails counts as a refusal.
+func (m *Multi) redRound(ctx context.Context, lease []TryLockOption, _ time.Duration, deadline time.Time) (bool, error) {
+	n := len(m.locks)
+	share := max(time.Until(deadline)/time.Duration(n), 0)
+	opts := append(slices.Clip(lease), WaitTime(share))
+	lctx, cancel := context.WithTimeout(ctx, max(share, redMinWait))
+	defer cancel()
+	taken := make([]bool, n)
+	all(n, func(i int) { taken[i], _ = m.locks[i].TryLock(lctx, opts...) })
+	for i, ok := range taken {
+		if ok {
+			m.held = append(m.held, m.locks[i])
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	return len(m.held) >= n/2+1, nil
 }
 
 // redMinWait is the least a red lock gives one master to answer.
@@ -218,15 +241,29 @@ func (m *Multi) expired(cfg lockConfig, start time.Time) bool {
 // round), nor, for a red lock, any: a master that cannot be reached is what a red lock
 // allows for, and its hold lapses with its lease.
 func (m *Multi) release(ctx context.Context, rollback bool) error {
-	var errs []error
-	for i := len(m.held) - 1; i >= 0; i-- {
+	errs := make([]error, len(m.held))
+	all(len(m.held), func(i int) { // all at once, as Redisson's unlock does
 		err := m.held[i].Unlock(ctx)
-		if err != nil && !(rollback && (m.red || errors.Is(err, ErrNotHeld))) {
-			errs = append(errs, err)
+		// (A release that stood unconfirmed rolled back all the same.)
+		if err != nil && !(rollback && (m.red || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrNotReplicated))) {
+			errs[i] = err
 		}
-	}
+	})
 	m.held = m.held[:0]
 	return errors.Join(errs...)
+}
+
+// all runs f(0) … f(n-1) at once, the last on the calling goroutine, and returns when all
+// have.
+func all(n int, f func(i int)) {
+	var wg gosync.WaitGroup
+	for i := range n - 1 {
+		wg.Go(func() { f(i) })
+	}
+	if n > 0 {
+		f(n - 1)
+	}
+	wg.Wait()
 }
 
 // Unlock releases every lock, whatever fails, and reports every failure (errors.Join; each
@@ -268,11 +305,12 @@ func (l *RWLock) Valid() bool { return l.w.valid() }
 
 // RedLock returns a Multi that takes a quorum of locks on independent Redis masters — at
 // least 3, one lock each — rather than all of them: the Redlock algorithm (Redisson's
-// RedissonRedLock). It holds when more than half of the masters granted their lock; each
-// master gets its share of the wait (at least 50 ms to answer), and one that is unreachable
-// counts as a refusal. With Lease, its validity is the lease less the time the acquisition
-// took and a drift of 1 % + 2 ms (Deadline); without, each lock is kept by its Client's
-// watchdog.
+// RedissonRedLock). It holds when more than half of the masters granted their lock. Every
+// master is asked at once (Redisson asks one after another), each with its share of the
+// wait (at least 50 ms to answer), and one that is unreachable counts as a refusal; a round
+// short of the quorum gives back what it took and, while the wait allows, another follows.
+// With Lease, its validity is the lease less the time the round that took it lasted and a
+// drift of 1 % + 2 ms (Deadline); without, each lock is kept by its Client's watchdog.
 //
 // Redisson deprecates its red lock, and so should you reach for it last: its safety rests on
 // clocks that do not jump and processes that do not pause, which nothing checks (Martin

@@ -47,9 +47,9 @@ type owner struct {
 	id   string // "<client UUID>:<n>"
 	kind *watchdog.Kind
 	err  error // a bad name, reported by every call
-	// undo releases one hold, as the primitive's release does: it gives back a hold too few
-	// replicas confirmed (WithSyncReplicas).
-	undo func(context.Context) error
+	// releaser makes the primitive's numbered release of one hold when Redis counts holds of
+	// the owner's: how a hold too few replicas confirmed (WithSyncReplicas) is given back.
+	releaser func(holds int, latch, n string) script
 
 	// op serialises the owner's requests, so that its idea of its holds changes in the order
 	// Redis applied them even when goroutines share the owner. A channel, so that waiting
@@ -169,7 +169,9 @@ func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []s
 // a primitive without holds (a semaphore, a countdown latch) makes each state change safe
 // to repeat. The owner has no request of unknown outcome (pool.request lends none). When
 // this one's outcome stays unknown it is kept in o.unsettled, to be repeated (see
-// pool.settle) with the arguments cancel makes of its own, if cancel is not nil. A release
+// pool.settle) with the arguments cancel makes of its own, if cancel is not nil; when too
+// few replicas confirmed it (WithSyncReplicas), it is withdrawn so at once, and the error
+// wraps ErrNotReplicated. A release
 // (ctx without cancellation) is repeated within the retry budget whatever the caller's ctx
 // says.
 func (o *owner) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
@@ -185,6 +187,13 @@ func (o *owner) request(ctx context.Context, req func(latch, n string) script, c
 	msg, err := o.numbered(ctx, r.s, r.keys, r.args)
 	if u := o.unsettled; u != nil && cancel != nil {
 		u.args = cancel(slices.Clone(u.args))
+	}
+	if errors.Is(err, ErrNotReplicated) && cancel != nil {
+		// Too few replicas confirmed it: withdrawn at once, as a request of unknown outcome
+		// is (what it took, if anything, is given back), whatever ctx says.
+		if _, cerr := o.numbered(context.WithoutCancel(ctx), r.s, r.keys, cancel(slices.Clone(r.args))); !replied(cerr) {
+			err = errors.Join(err, fmt.Errorf("dsync: giving it back: %w", cerr))
+		}
 	}
 	return msg, err
 }
@@ -305,7 +314,8 @@ func (o *owner) settle(ctx context.Context) error {
 }
 
 // exec runs a script that is safe to repeat. A reply lost to the network, or a refusal that
-// means the script did not run (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY),
+// means the script did not run (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY;
+// and MOVED, ASK, which reach it only from a connection of its own),
 // is retried with backoff within the retry budget and while ctx lasts (a release passes a
 // context without cancellation: it must still run when the caller's request has ended). A
 // script already sent is awaited whatever ctx says: only its reply tells what it did. When
@@ -335,19 +345,30 @@ func (c *Client) run(ctx context.Context, s *lua.Script, keys, args []string) (r
 	if c.replicas == 0 {
 		return s.Exec(ctx, c.rdb, keys, args), 0
 	}
-	run := func(whole bool) []rueidis.RedisResult {
-		return c.rdb.DoMulti(ctx, s.Cmd(c.rdb.B(), keys, args, whole),
-			c.rdb.B().Wait().Numreplicas(c.replicas).Timeout(c.replicaMs).Build())
-	}
-	// A script's first run is sent whole: sent by SHA where Redis lacks it, its WAIT would
-	// still wait — the whole timeout while a replica is missing — for a run that never was.
-	_, loaded := c.loaded.Load(s)
-	rs := run(!loaded)
-	rerr, isRedis := rueidis.IsRedisErr(rs[0].Error())
-	if loaded && isRedis && rerr.IsNoScript() { // Redis lost it (a restart, a failover)
-		rs = run(true)
-	} else if !loaded && !(isRedis && rerr.IsNoScript()) {
-		c.loaded.Store(s, struct{}{})
+	// On a connection of its own (Dedicated), so that the WAIT is the script's node's even
+	// in a cluster, where a redirected command of a pipeline is resent alone: a redirect
+	// (MOVED, ASK) comes back as the script's reply, and the run is repeated (notRun).
+	var rs []rueidis.RedisResult
+	derr := c.rdb.Dedicated(func(dc rueidis.DedicatedClient) error {
+		run := func(whole bool) []rueidis.RedisResult {
+			return dc.DoMulti(ctx, s.Cmd(dc.B(), keys, args, whole),
+				dc.B().Wait().Numreplicas(c.replicas).Timeout(c.replicaMs).Build())
+		}
+		// A script's first run is sent whole: sent by SHA where Redis lacks it, its WAIT
+		// would still wait — the whole timeout while a replica is missing — for a run that
+		// never was.
+		_, loaded := c.loaded.Load(s)
+		rs = run(!loaded)
+		rerr, isRedis := rueidis.IsRedisErr(rs[0].Error())
+		if loaded && isRedis && rerr.IsNoScript() { // Redis lost it (a restart, a failover)
+			rs = run(true)
+		} else if !loaded && !(isRedis && rerr.IsNoScript()) {
+			c.loaded.Store(s, struct{}{})
+		}
+		return nil
+	})
+	if len(rs) < 2 {
+		return rueidis.NewErrorResult(fmt.Errorf("dsync: no connection for the script and its WAIT: %w", derr)), -1
 	}
 	n, err := rs[1].AsInt64()
 	if err != nil {
@@ -371,13 +392,32 @@ func (c *Client) confirmed(n int64) error {
 // replicas confirmed the run (WithSyncReplicas).
 func replied(err error) bool { return err == nil || errors.Is(err, ErrNotReplicated) }
 
-// unconfirmed is the error of an acquisition that too few replicas confirmed (err), which
-// undo gave back (undid); an undo that failed other than unconfirmed is reported too.
-func unconfirmed(err, undid error) error {
-	if undid == nil || errors.Is(undid, ErrNotReplicated) {
-		return err
+// unconfirmed gives back a hold that too few replicas confirmed (err), which Redis counts as
+// the owner's holds-th, and returns the error of the acquisition: the owner's own state
+// (count, lease) never saw the hold, so a failover cannot undo anything the caller was told.
+// The release is numbered: should its outcome stay unknown, the owner repeats it before its
+// next request; should Redis refuse it, the hold lapses with its lease (not renewed), or the
+// owner's next acquire adopts it. Caller holds op.
+func (o *owner) unconfirmed(ctx context.Context, err error, holds int) error {
+	if gerr := o.giveBack(ctx, holds); gerr != nil {
+		return errors.Join(o.wrap(err), fmt.Errorf("dsync: giving it back: %w", gerr))
 	}
-	return errors.Join(err, fmt.Errorf("dsync: giving it back: %w", undid))
+	return o.wrap(err)
+}
+
+// giveBack releases, numbered, the holds-th hold Redis counts of the owner's, which the owner
+// does not count (see unconfirmed). Caller holds op.
+func (o *owner) giveBack(ctx context.Context, holds int) error {
+	latch, n := o.nextRequest()
+	r := o.releaser(holds, latch, n)
+	_, err := o.numbered(context.WithoutCancel(ctx), r.s, r.keys, r.args)
+	if replied(err) {
+		return nil
+	}
+	if !errors.Is(err, ErrOutcomeUnknown) && holds == 1 {
+		o.unsure = true // refused: Redis has the hold still, which the next acquire adopts
+	}
+	return err
 }
 
 // retry runs do, which must be safe to repeat, as exec runs a script.
@@ -417,7 +457,7 @@ func (c *Client) retry(ctx context.Context, do func(context.Context) rueidis.Red
 func notRun(e *rueidis.RedisError) bool {
 	code, _, _ := strings.Cut(e.Error(), " ")
 	switch code {
-	case "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY":
+	case "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "MOVED", "ASK":
 		return true
 	}
 	return false
@@ -460,18 +500,9 @@ type acquireOut struct {
 // when the holder announces its release only on Redisson's channel (lock_acquire.lua). out,
 // if not nil, is given what the reply says besides.
 //
-// A hold taken that too few replicas confirmed (WithSyncReplicas) is given back with o.undo,
-// and the attempt fails with an error wrapping ErrNotReplicated.
+// A hold taken that too few replicas confirmed (WithSyncReplicas) is given back at once (see
+// giveBack) and the attempt fails with an error wrapping ErrNotReplicated.
 func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script, out *acquireOut) (int64, bool, error) {
-	ttl, ok, err := o.try(ctx, lease, req, out)
-	if ok && err != nil {
-		return 0, false, unconfirmed(o.wrap(err), o.undo(ctx))
-	}
-	return ttl, ok, err
-}
-
-// try is attempt, except that it reports a hold taken unconfirmed as taken, with the error.
-func (o *owner) try(ctx context.Context, lease time.Duration, req func() script, out *acquireOut) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
@@ -513,11 +544,14 @@ func (o *owner) try(ctx context.Context, lease time.Duration, req func() script,
 		}
 		taken = true
 	}
+	if taken && unconfirmed != nil {
+		return 0, false, o.unconfirmed(ctx, unconfirmed, o.count+1)
+	}
 	if taken {
 		if err := o.took(sent, lease, 0); err != nil {
 			return 0, false, err
 		}
-		return o.ttl().Milliseconds(), true, unconfirmed
+		return o.ttl().Milliseconds(), true, nil
 	}
 	if aerr == nil && len(arr) == 1 {
 		msg = arr[0]
@@ -613,7 +647,9 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 		return o.lost("the release found the lock gone")
 	case inner:
 		o.count--
-		lease.Hold(sent, o.ttl(), false)
+		if unconfirmed == nil { // unconfirmed, the TTL it set is not one a failover keeps
+			lease.Hold(sent, o.ttl(), false)
+		}
 	default:
 		o.count = 0
 	}

@@ -226,22 +226,15 @@ func (s *PermitSemaphore) attempt(ctx context.Context, ids []string, ttl time.Du
 		args[4] = "1" // repeated as a cancel: the caller was told the permits are not its
 		return args
 	})
-	if !replied(err) {
+	if err != nil || msg.IsNil() { // an error wrapping ErrNotReplicated: withdrawn, whatever it took given back
 		return -1, false, err
-	}
-	if msg.IsNil() {
-		return -1, false, nil
 	}
 	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) == 1 {
 		ms, err := arr[0].AsInt64()
 		return ms, false, o.wrap(err)
 	}
-	if _, perr := msg.AsInt64(); perr != nil {
-		return -1, false, o.wrap(perr)
-	}
-	if err != nil {
-		_, undid := s.release(ctx, ids)
-		return -1, false, unconfirmed(err, undid)
+	if _, err := msg.AsInt64(); err != nil {
+		return -1, false, o.wrap(err)
 	}
 	o.c.mux.Wake(s.channel)
 	return -1, true, nil
@@ -262,13 +255,13 @@ func (s *PermitSemaphore) Release(ctx context.Context, ids ...string) error {
 		}
 	}
 	live, err := s.release(ctx, ids)
-	if err == nil && live >= 0 && live < len(ids) {
+	if replied(err) && live >= 0 && live < len(ids) {
 		named := ids
 		if len(named) > 4 {
 			named = append(ids[:4:4], "…")
 		}
-		err = fmt.Errorf("%w: %q: %d of the permits %s were not acquired or had expired",
-			ErrNotHeld, s.p.name, len(ids)-live, strings.Join(named, ", "))
+		err = errors.Join(fmt.Errorf("%w: %q: %d of the permits %s were not acquired or had expired",
+			ErrNotHeld, s.p.name, len(ids)-live, strings.Join(named, ", ")), err)
 	}
 	return err
 }

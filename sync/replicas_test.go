@@ -265,9 +265,19 @@ func TestSyncReplicasFairGrantUnconfirmed(t *testing.T) {
 	must(t, first.Lock(ctx))
 	granted := make(chan error, 1)
 	go func() { granted <- next.Lock(ctx) }()
-	eventually(t, 5*time.Second, "the second handle queues", func() bool {
+	// Parked: queued, listening, no wake-up left to take and no request under way — so that
+	// the release's grant reaches it as a message, not as its own attempt's reply. (Twice,
+	// 10 ms apart: a waiter that has just taken its wake-up looks parked for a moment.)
+	parked := func() bool {
 		n, err := rdb.Do(ctx, rdb.B().Llen().Key("redisson_lock_queue:{grant}").Build()).AsInt64()
-		return err == nil && n == 1
+		return err == nil && n == 1 && c2.mux.Subscribed(next.wakeCh) && c2.mux.Pending(next.wakeCh) == 0 && len(next.o.op) == 0
+	}
+	eventually(t, 5*time.Second, "the second handle parks", func() bool {
+		if !parked() {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+		return parked()
 	})
 	link.Blackhole(true)
 	if err := first.Unlock(ctx); !errors.Is(err, ErrNotReplicated) {
@@ -278,5 +288,74 @@ func TestSyncReplicasFairGrantUnconfirmed(t *testing.T) {
 	}
 	if left := keysBut(t, rdb); len(left) > 0 {
 		t.Fatalf("keys left: %q", left)
+	}
+}
+
+// An unconfirmed re-entry or inner release changes nothing the handle believes: its deadline
+// stays what the replica has, so that after a failover to the replica no other holder's
+// hold can begin while the handle still calls its own valid.
+func TestSyncReplicasFailoverNeverOutlivesTheReplica(t *testing.T) {
+	t.Parallel()
+	master := redistest.Redis(t)
+	link := redistest.NewProxy(t, master.Addr)
+	replica := redistest.StartReplica(t, &redistest.Backend{Name: redistest.NameRedis, Addr: link.Addr()})
+	ctx := testCtx(t, 30*time.Second)
+	c, _ := newClient(t, master.Addr, WithSyncReplicas(1, 50*time.Millisecond))
+	l := c.Lock("failover")
+	must(t, l.Lock(ctx, Lease(1500*time.Millisecond)))
+	must(t, l.Lock(ctx, Lease(1500*time.Millisecond)))
+	d0, _ := l.Deadline()
+
+	link.Blackhole(true) // the replica keeps what it has: two holds, a 1.5 s lease
+	if err := l.Lock(ctx, Lease(time.Minute)); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("re-entry with the replica away: %v, want ErrNotReplicated", err)
+	}
+	if d, ok := l.Deadline(); !ok || !d.Equal(d0) {
+		t.Fatalf("an unconfirmed re-entry moved the deadline by %v (%v)", d.Sub(d0), ok)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("inner Unlock with the replica away: %v, want ErrNotReplicated", err)
+	}
+	if d, ok := l.Deadline(); !ok || !d.Equal(d0) {
+		t.Fatalf("an unconfirmed inner release moved the deadline by %v (%v)", d.Sub(d0), ok)
+	}
+
+	rep := redistest.ClientFor(t, replica.Addr)
+	must(t, rep.Do(ctx, rep.B().Replicaof().No().One().Build()).Error()) // the failover
+	c2, _ := newClient(t, replica.Addr)
+	other := c2.Lock("failover")
+	eventually(t, 5*time.Second, "another client takes the lock on the promoted replica", func() bool {
+		ok, err := other.TryLock(ctx)
+		return err == nil && ok
+	})
+	if l.Valid() {
+		t.Fatalf("another client holds the lock while the first handle is valid for %v more", time.Until(d0))
+	}
+}
+
+// Permits taken unconfirmed are given back even when the Client closes while the acquire
+// waits for its replicas: a plain semaphore's permits have no lease to end, so permits not
+// given back would be gone for good.
+func TestSyncReplicasSemaphoreGivenBackOnClose(t *testing.T) {
+	t.Parallel()
+	b := redistest.Redis(t) // no replica: WAIT 1 waits its whole timeout, and counts 0
+	ctx := testCtx(t, 20*time.Second)
+	c, rdb := newClient(t, b.Addr, WithSyncReplicas(1, 3*time.Second))
+	s := c.Semaphore("close")
+	if _, err := s.TrySetPermits(ctx, 3); !errors.Is(err, ErrNotReplicated) {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Acquire(ctx, 2) }()
+	eventually(t, 10*time.Second, "the acquire runs, and waits for its replica", func() bool {
+		n, err := rdb.Do(ctx, rdb.B().Get().Key("close").Build()).AsInt64()
+		return err == nil && n == 1
+	})
+	c.Close()
+	if err := <-done; !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Acquire: %v, want ErrNotReplicated", err)
+	}
+	if n, err := rdb.Do(ctx, rdb.B().Get().Key("close").Build()).AsInt64(); n != 3 || err != nil {
+		t.Fatalf("permits on the master: %d, %v; want 3, all given back", n, err)
 	}
 }

@@ -49,7 +49,7 @@ func (c *Client) RWLock(name string) *RWLock {
 	l.r.init(c, name, c.readKind)
 	l.w.init(c, name, c.lockKind)
 	l.w.id = l.r.id + ":write"
-	l.r.undo, l.w.undo = l.RUnlock, l.Unlock
+	l.r.releaser, l.w.releaser = l.readRelease, l.writeRelease
 	l.timeouts = readTimeouts(name, l.r.id)
 	l.prefix = strings.TrimSuffix(suffixName(name, ""), ":")
 	return l
@@ -174,11 +174,15 @@ func (l *RWLock) leave(ctx context.Context) {
 // RUnlock releases one read hold. Its guarantee and errors are Lock.Unlock's.
 func (l *RWLock) RUnlock(ctx context.Context) error {
 	o := &l.r
-	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) {
-		return script{lua.ReadRelease, []string{o.name, l.channel, l.timeouts, l.prefix, latch, l.writers},
-			[]string{"0", o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(o.count), n, nowMs(),
-				strconv.FormatInt(o.ttl().Milliseconds(), 10)}}, nil
-	})
+	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.readRelease(o.count, latch, n), nil })
+}
+
+// readRelease makes the numbered release of one of holds read holds the owner has in Redis.
+func (l *RWLock) readRelease(holds int, latch, n string) script {
+	o := &l.r
+	return script{lua.ReadRelease, []string{o.name, l.channel, l.timeouts, l.prefix, latch, l.writers},
+		[]string{"0", o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs(),
+			strconv.FormatInt(o.ttl().Milliseconds(), 10)}}
 }
 
 // Unlock releases one write hold. Its guarantee and errors are Lock.Unlock's. At the last
@@ -186,11 +190,15 @@ func (l *RWLock) RUnlock(ctx context.Context) error {
 // lock stays in read mode.
 func (l *RWLock) Unlock(ctx context.Context) error {
 	o := &l.w
-	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) {
-		return script{lua.WriteRelease, []string{o.name, l.channel, latch, l.writers},
-			[]string{"1", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
-				strconv.Itoa(o.count), n}}, nil
-	})
+	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.writeRelease(o.count, latch, n), nil })
+}
+
+// writeRelease makes the numbered release of one of holds write holds the owner has in Redis.
+func (l *RWLock) writeRelease(holds int, latch, n string) script {
+	o := &l.w
+	return script{lua.WriteRelease, []string{o.name, l.channel, latch, l.writers},
+		[]string{"1", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
+			strconv.Itoa(holds), n}}
 }
 
 // IsLocked reports whether anyone holds the lock, to read or to write.

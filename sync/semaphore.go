@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -262,7 +263,10 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (ok, more bool, err erro
 		args[3] = "1" // repeated as a cancel: the caller was told the permits are not its
 		return args
 	})
-	if !replied(err) {
+	if errors.Is(err, ErrNotReplicated) {
+		return false, true, err // withdrawn: whatever it took is given back
+	}
+	if err != nil {
 		return false, false, err
 	}
 	if msg.IsNil() {
@@ -272,12 +276,9 @@ func (s *Semaphore) attempt(ctx context.Context, n int) (ok, more bool, err erro
 		avail, err := arr[0].AsInt64()
 		return false, avail > 0, o.wrap(err)
 	}
-	left, perr := msg.AsInt64()
-	if perr != nil {
-		return false, false, o.wrap(perr)
-	}
+	left, err := msg.AsInt64()
 	if err != nil {
-		return false, false, unconfirmed(err, s.add(ctx, n))
+		return false, false, o.wrap(err)
 	}
 	if left != 0 {
 		o.c.mux.Wake(s.channel)

@@ -101,6 +101,16 @@ func start(t testing.TB, args ...string) *redisProcess {
 	}
 }
 
+// ClusterNode starts a fresh redis-server in cluster mode, with no slots and no peers yet
+// (CLUSTER MEET, ADDSLOTS and REPLICATE make a cluster of such nodes), killed when the test
+// finishes. Its Backend's Name is NameRedis.
+func ClusterNode(t testing.TB) *Backend {
+	t.Helper()
+	srv := start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--repl-diskless-sync-delay", "0")
+	return &Backend{Name: NameRedis, Addr: srv.addr}
+}
+
 // A Replica is a redis-server replicating a real Redis backend, started by StartReplica.
 type Replica struct {
 	// Addr is the host:port the replica listens on.

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	dsync "github.com/latchkey/latchkey/sync"
+	goredislib "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// The quorum scenario: uncontended lock+unlock by one goroutine, for the locks that span
+// several keys or servers — latchkey's MultiLock of 3 locks on one server, its RedLock over
+// quorumMasters servers against redsync (itself a red lock) over the same servers, each
+// also on one of those servers alone — and for latchkey's Lock confirmed by a replica
+// (WithSyncReplicas) against the same Lock unconfirmed on that master. Every row runs in
+// the same rounds, taking turns, so drift in the machine's speed hits all alike.
+const (
+	quorumName    = "latchkey MultiLock RedLock SyncReplicas vs redsync (quorum)"
+	quorumMasters = 5
+	quorumLease   = 8 * time.Second // redsync's default expiry, given to latchkey's too
+	quorumWarm    = 50              // untimed cycles per row first: connections, scripts
+)
+
+// quorumRow is one row's cycles; err is set when it failed.
+type quorumRow struct {
+	name    string
+	servers string
+	d       durations
+	err     error
+}
+
+// quorumResult is the scenario's rows.
+type quorumResult struct {
+	rows []quorumRow
+	err  error // the servers could not be started
+}
+
+// runQuorum runs the quorum scenario if -only names it (or nothing): it starts its own
+// servers (quorumMasters masters, and a master with one replica), whatever -redis says.
+func runQuorum(ctx context.Context, o options, stdout io.Writer) *quorumResult {
+	if !o.runs(quorumName) {
+		return nil
+	}
+	fmt.Fprintf(stdout, "quorum: MultiLock of 3, RedLock and redsync over %d servers, Lock with a replica ...\n", quorumMasters)
+	var res quorumResult
+	closers, cycles, err := quorumSetup()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	if err != nil {
+		res.err = err
+		return &res
+	}
+	for _, c := range cycles {
+		row := quorumRow{name: c.name, servers: c.servers}
+		for range quorumWarm {
+			if row.err = c.cycle(ctx); row.err != nil {
+				break
+			}
+		}
+		res.rows = append(res.rows, row)
+	}
+	slot := o.dur / time.Duration(o.rounds)
+	for range o.rounds {
+		for i, c := range cycles {
+			r := &res.rows[i]
+			for end := time.Now().Add(slot); r.err == nil && time.Now().Before(end); {
+				t := time.Now()
+				if r.err = c.cycle(ctx); r.err == nil {
+					r.d = append(r.d, time.Since(t))
+				}
+			}
+		}
+	}
+	return &res
+}
+
+// A quorumCycle is one row's lock+unlock.
+type quorumCycle struct {
+	name, servers string
+	cycle         func(context.Context) error
+}
+
+// quorumSetup starts the servers and opens every row's clients; closers undo it, also
+// when it fails part way.
+func quorumSetup() (closers []func(), cycles []quorumCycle, err error) {
+	var masters []*server
+	for range quorumMasters {
+		s, err := startServer()
+		if err != nil {
+			return closers, nil, err
+		}
+		closers = append(closers, s.close)
+		masters = append(masters, s)
+	}
+	primary, err := startServer()
+	if err != nil {
+		return closers, nil, err
+	}
+	closers = append(closers, primary.close)
+	host, port, _ := net.SplitHostPort(primary.addr)
+	replica, err := startServer("--replicaof", host, port)
+	if err != nil {
+		return closers, nil, err
+	}
+	closers = append(closers, replica.close)
+
+	open := func(addr string, opts ...dsync.Option) (*dsync.Client, error) {
+		rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			return nil, err
+		}
+		c, err := dsync.New(rdb, opts...)
+		if err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		closers = append(closers, func() { c.Close(); rdb.Close() })
+		return c, nil
+	}
+	var lockers []dsync.Locker
+	var pools []redis.Pool
+	for _, m := range masters {
+		c, err := open(m.addr)
+		if err != nil {
+			return closers, nil, err
+		}
+		lockers = append(lockers, c.Lock("bench:quorum:red"))
+		rdb := goredislib.NewClient(&goredislib.Options{Addr: m.addr, PoolSize: goRedisPoolSize})
+		closers = append(closers, func() { rdb.Close() })
+		pools = append(pools, goredis.NewPool(rdb))
+	}
+	// Each row on Clients of its own, as each library has its own connections: a Client
+	// whose connections' goroutines another row spread over the CPUs would be slower for it.
+	red := dsync.RedLock(lockers...)
+	redsyncOver := redsync.New(pools...).NewMutex("bench:quorum:redsync")
+	redsyncOne := redsync.New(pools[0]).NewMutex("bench:quorum:redsync1")
+	one, err := open(masters[0].addr)
+	if err != nil {
+		return closers, nil, err
+	}
+	plain := one.Lock("bench:quorum:one")
+	three, err := open(masters[0].addr)
+	if err != nil {
+		return closers, nil, err
+	}
+	multi := dsync.MultiLock(three.Lock("bench:quorum:m1"), three.Lock("bench:quorum:m2"), three.Lock("bench:quorum:m3"))
+
+	if err := waitReplica(replica); err != nil {
+		return closers, nil, err
+	}
+	synced, err := open(primary.addr, dsync.WithSyncReplicas(1, time.Second))
+	if err != nil {
+		return closers, nil, err
+	}
+	unsynced, err := open(primary.addr)
+	if err != nil {
+		return closers, nil, err
+	}
+	lease := dsync.Lease(quorumLease)
+	lockCycle := func(l *dsync.Lock) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if err := l.Lock(ctx, lease); err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}
+	}
+	multiCycle := func(m *dsync.Multi) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if err := m.Lock(ctx, lease); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		}
+	}
+	redsyncCycle := func(m *redsync.Mutex) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if err := m.LockContext(ctx); err != nil {
+				return err
+			}
+			if ok, err := m.UnlockContext(ctx); err != nil || !ok {
+				return errors.Join(err, errors.New("redsync: unlock found the lock not held"))
+			}
+			return nil
+		}
+	}
+	n := fmt.Sprint(quorumMasters)
+	cycles = []quorumCycle{
+		{"latchkey RedLock", n + " masters", multiCycle(red)},
+		{"redsync", n + " masters", redsyncCycle(redsyncOver)},
+		{"latchkey Lock", "1 of them", lockCycle(plain)},
+		{"redsync", "1 of them", redsyncCycle(redsyncOne)},
+		{"latchkey MultiLock of 3 locks", "1 of them", multiCycle(multi)},
+		{"latchkey Lock, WithSyncReplicas(1, 1s)", "master + 1 replica", lockCycle(synced.Lock("bench:quorum:synced"))},
+		{"latchkey Lock", "that master", lockCycle(unsynced.Lock("bench:quorum:unsynced"))},
+	}
+	return closers, cycles, nil
+}
+
+// waitReplica waits until the replica has synced with its master.
+func waitReplica(replica *server) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := replica.admin.Do(context.Background(), replica.admin.B().Info().Section("replication").Build()).ToString()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica %s not in sync after 10s: %v", replica.addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// quorumMarkdown reports the quorum scenario: p50, p99 and each row's p50 against
+// redsync's over the same servers.
+func quorumMarkdown(b *strings.Builder, r quorumResult) {
+	fmt.Fprintf(b, "**Locks over several keys or servers, uncontended** — one goroutine locks and unlocks, each row in turn within the same rounds: "+
+		"latchkey's RedLock over %d independent redis-servers against redsync over the same %d (both red locks; latchkey's with a Lease of %v, redsync's expiry is its default, %v), "+
+		"each also on one of those servers alone; latchkey's MultiLock of 3 locks on one server; and latchkey's Lock with WithSyncReplicas(1, 1s) "+
+		"on a master with one replica (a WAIT after every script) against the same Lock on that master without it. "+
+		"latchkey's RedLock asks its masters at once and releases them at once, as redsync does.\n\n",
+		quorumMasters, quorumMasters, quorumLease, quorumLease)
+	if r.err != nil {
+		fmt.Fprintf(b, "Not run: %v\n", r.err)
+		return
+	}
+	var base time.Duration // redsync over every master
+	for _, x := range r.rows {
+		if x.name == "redsync" && strings.HasSuffix(x.servers, "masters") && x.err == nil {
+			base = x.d.pct(50)
+		}
+	}
+	var cells [][]string
+	for _, x := range r.rows {
+		if x.err != nil {
+			cells = append(cells, []string{x.name, x.servers, "failed: " + x.err.Error()})
+			continue
+		}
+		ratio := "—"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2f×", float64(x.d.pct(50))/float64(base))
+		}
+		cells = append(cells, []string{x.name, x.servers, fmtDur(x.d.pct(50)), fmtDur(x.d.pct(99)), fmt.Sprint(len(x.d)), ratio})
+	}
+	writeTable(b, []string{"lock+unlock", "servers", "p50", "p99", "cycles", "p50 ÷ redsync over all masters"}, cells)
+}

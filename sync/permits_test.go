@@ -109,7 +109,9 @@ func TestPermitSemaphoreExpiredPermitsComeBack(t *testing.T) {
 		c, _ := newClient(t, b.Addr)
 		s := c.PermitSemaphore("permits-expire")
 		must(t, s.SetPermits(ctx, 2))
-		p, err := s.Acquire(ctx, 2, Lease(150*time.Millisecond))
+		// A lease short enough to run out soon, long enough for the acquire to return within
+		// it under CI's load (150 ms was not).
+		p, err := s.Acquire(ctx, 2, Lease(500*time.Millisecond))
 		must(t, err)
 		start := time.Now()
 		q, ok, err := c.PermitSemaphore("permits-expire").TryAcquire(ctx, 2, WaitTime(5*time.Second))

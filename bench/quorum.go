@@ -35,6 +35,7 @@ type quorumRow struct {
 	name    string
 	servers string
 	d       durations
+	cpu     cpuUse // this process, and every server of the scenario summed
 	err     error
 }
 
@@ -52,7 +53,7 @@ func runQuorum(ctx context.Context, o options, stdout io.Writer) *quorumResult {
 	}
 	fmt.Fprintf(stdout, "quorum: MultiLock of 3, RedLock and redsync over %d servers, Lock with a replica ...\n", quorumMasters)
 	var res quorumResult
-	closers, cycles, err := quorumSetup()
+	closers, cycles, servers, err := quorumSetup()
 	defer func() {
 		for _, c := range closers {
 			c()
@@ -75,15 +76,40 @@ func runQuorum(ctx context.Context, o options, stdout io.Writer) *quorumResult {
 	for range o.rounds {
 		for i, c := range cycles {
 			r := &res.rows[i]
+			client, haveClient := processCPU()
+			server, serr := serversCPU(ctx, servers)
+			n := len(r.d)
 			for end := time.Now().Add(slot); r.err == nil && time.Now().Before(end); {
 				t := time.Now()
 				if r.err = c.cycle(ctx); r.err == nil {
 					r.d = append(r.d, time.Since(t))
 				}
 			}
+			cycles := int64(len(r.d) - n)
+			if after, ok := processCPU(); ok && haveClient {
+				r.cpu.client += after - client
+				r.cpu.clientCycles += cycles
+			}
+			if after, err := serversCPU(ctx, servers); err == nil && serr == nil {
+				r.cpu.server += after - server
+				r.cpu.serverCycles += cycles
+			}
 		}
 	}
 	return &res
+}
+
+// serversCPU sums the servers' CPU time so far.
+func serversCPU(ctx context.Context, servers []*server) (time.Duration, error) {
+	var sum time.Duration
+	for _, s := range servers {
+		d, err := s.cpu(ctx)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
 }
 
 // A quorumCycle is one row's lock+unlock.
@@ -94,25 +120,25 @@ type quorumCycle struct {
 
 // quorumSetup starts the servers and opens every row's clients; closers undo it, also
 // when it fails part way.
-func quorumSetup() (closers []func(), cycles []quorumCycle, err error) {
+func quorumSetup() (closers []func(), cycles []quorumCycle, servers []*server, err error) {
 	var masters []*server
 	for range quorumMasters {
 		s, err := startServer()
 		if err != nil {
-			return closers, nil, err
+			return closers, nil, nil, err
 		}
 		closers = append(closers, s.close)
 		masters = append(masters, s)
 	}
 	primary, err := startServer()
 	if err != nil {
-		return closers, nil, err
+		return closers, nil, nil, err
 	}
 	closers = append(closers, primary.close)
 	host, port, _ := net.SplitHostPort(primary.addr)
 	replica, err := startServer("--replicaof", host, port)
 	if err != nil {
-		return closers, nil, err
+		return closers, nil, nil, err
 	}
 	closers = append(closers, replica.close)
 
@@ -134,7 +160,7 @@ func quorumSetup() (closers []func(), cycles []quorumCycle, err error) {
 	for _, m := range masters {
 		c, err := open(m.addr)
 		if err != nil {
-			return closers, nil, err
+			return closers, nil, nil, err
 		}
 		lockers = append(lockers, c.Lock("bench:quorum:red"))
 		rdb := goredislib.NewClient(&goredislib.Options{Addr: m.addr, PoolSize: goRedisPoolSize})
@@ -148,25 +174,25 @@ func quorumSetup() (closers []func(), cycles []quorumCycle, err error) {
 	redsyncOne := redsync.New(pools[0]).NewMutex("bench:quorum:redsync1")
 	one, err := open(masters[0].addr)
 	if err != nil {
-		return closers, nil, err
+		return closers, nil, nil, err
 	}
 	plain := one.Lock("bench:quorum:one")
 	three, err := open(masters[0].addr)
 	if err != nil {
-		return closers, nil, err
+		return closers, nil, nil, err
 	}
 	multi := dsync.MultiLock(three.Lock("bench:quorum:m1"), three.Lock("bench:quorum:m2"), three.Lock("bench:quorum:m3"))
 
 	if err := waitReplica(replica); err != nil {
-		return closers, nil, err
+		return closers, nil, nil, err
 	}
 	synced, err := open(primary.addr, dsync.WithSyncReplicas(1, time.Second))
 	if err != nil {
-		return closers, nil, err
+		return closers, nil, nil, err
 	}
 	unsynced, err := open(primary.addr)
 	if err != nil {
-		return closers, nil, err
+		return closers, nil, nil, err
 	}
 	lease := dsync.Lease(quorumLease)
 	lockCycle := func(l *dsync.Lock) func(context.Context) error {
@@ -206,7 +232,7 @@ func quorumSetup() (closers []func(), cycles []quorumCycle, err error) {
 		{"latchkey Lock, WithSyncReplicas(1, 1s)", "master + 1 replica", lockCycle(synced.Lock("bench:quorum:synced"))},
 		{"latchkey Lock", "that master", lockCycle(unsynced.Lock("bench:quorum:unsynced"))},
 	}
-	return closers, cycles, nil
+	return closers, cycles, append(masters, primary, replica), nil
 }
 
 // waitReplica waits until the replica has synced with its master.
@@ -253,7 +279,12 @@ func quorumMarkdown(b *strings.Builder, r quorumResult) {
 		if base > 0 {
 			ratio = fmt.Sprintf("%.2f×", float64(x.d.pct(50))/float64(base))
 		}
-		cells = append(cells, []string{x.name, x.servers, fmtDur(x.d.pct(50)), fmtDur(x.d.pct(99)), fmt.Sprint(len(x.d)), ratio})
+		client, _ := x.cpu.clientPer()
+		server, _ := x.cpu.serverPer()
+		cells = append(cells, []string{x.name, x.servers, fmtDur(x.d.pct(50)), fmtDur(x.d.pct(99)), fmt.Sprint(len(x.d)), ratio,
+			fmtDur(client), fmtDur(server)})
 	}
-	writeTable(b, []string{"lock+unlock", "servers", "p50", "p99", "cycles", "p50 ÷ redsync over all masters"}, cells)
+	writeTable(b, []string{"lock+unlock", "servers", "p50", "p99", "cycles", "p50 ÷ redsync over all masters",
+		"client CPU/cycle", "servers' CPU/cycle"}, cells)
+	b.WriteString("\nCPU per cycle: this process's, and every server's of the scenario summed; all share the machine's CPUs.\n")
 }

@@ -338,9 +338,8 @@ func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) (
 }
 
 // run runs s once and returns its result and how many replicas confirmed the run: with
-// WithSyncReplicas, WAIT follows the script, pipelined on one connection — WAIT counts the
-// replicas that have the connection's writes, and a blocking command gets a connection of
-// its own (rueidis) — and -1 means WAIT did not answer.
+// WithSyncReplicas, WAIT follows the script, pipelined on the same connection (WAIT counts
+// the replicas that have the connection's writes), and -1 means WAIT did not answer.
 func (c *Client) run(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisResult, int64) {
 	if c.replicas == 0 {
 		return s.Exec(ctx, c.rdb, keys, args), 0
@@ -362,7 +361,7 @@ func (c *Client) run(ctx context.Context, s *lua.Script, keys, args []string) (r
 		rerr, isRedis := rueidis.IsRedisErr(rs[0].Error())
 		if loaded && isRedis && rerr.IsNoScript() { // Redis lost it (a restart, a failover)
 			rs = run(true)
-		} else if !loaded && !(isRedis && rerr.IsNoScript()) {
+		} else if !loaded { // sent whole, it is Redis's now
 			c.loaded.Store(s, struct{}{})
 		}
 		return nil

@@ -183,7 +183,7 @@ func quorumSetup() (closers []func(), cycles []quorumCycle, servers []*server, e
 	}
 	multi := dsync.MultiLock(three.Lock("bench:quorum:m1"), three.Lock("bench:quorum:m2"), three.Lock("bench:quorum:m3"))
 
-	if err := waitReplica(replica); err != nil {
+	if err := waitReplica(primary, replica); err != nil {
 		return closers, nil, nil, err
 	}
 	synced, err := open(primary.addr, dsync.WithSyncReplicas(1, time.Second))
@@ -235,13 +235,22 @@ func quorumSetup() (closers []func(), cycles []quorumCycle, servers []*server, e
 	return closers, cycles, append(masters, primary, replica), nil
 }
 
-// waitReplica waits until the replica has synced with its master.
-func waitReplica(replica *server) error {
+// waitReplica waits until the replica has synced with primary and a write of primary's
+// reaches it: after a full sync the master streams nothing to the replica until its first
+// acknowledgement, up to a second later, and WithSyncReplicas's first WAITs would fail.
+func waitReplica(primary, replica *server) error {
+	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := replica.admin.Do(context.Background(), replica.admin.B().Info().Section("replication").Build()).ToString()
+		info, err := replica.admin.Do(ctx, replica.admin.B().Info().Section("replication").Build()).ToString()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return nil
+			// PUBLISH is a write the replica gets, and leaves no key behind.
+			m := primary.admin
+			rs := m.DoMulti(ctx, m.B().Publish().Channel("bench:sync").Message("").Build(),
+				m.B().Wait().Numreplicas(1).Timeout(100).Build())
+			if n, werr := rs[1].AsInt64(); werr == nil && n >= 1 {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("replica %s not in sync after 10s: %v", replica.addr, err)

@@ -37,9 +37,9 @@ func (r rwReader) where() string   { return r.l.where() }
 //
 // An acquisition takes the locks in the order given, each with its own wait. When one is not
 // taken, every lock taken so far is released (all at once, as is every release) and, while
-// the wait allows, the acquisition starts again from the first. So two goroutines that take the same locks in opposite order
-// through MultiLocks do not deadlock: the one whose wait for its second lock runs out first
-// lets its first go.
+// the wait allows, the acquisition starts again from the first. So two goroutines that take
+// the same locks in opposite order through MultiLocks do not deadlock: the one whose wait for
+// its second lock runs out first lets its first go.
 type Multi struct {
 	locks []Locker
 	err   error // bad input, reported by every call

@@ -12,6 +12,15 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// replicaBehindProxy starts a real Redis master and a replica of it that reaches it through
+// a fault proxy, the link: blackholed, it cuts the replica off.
+func replicaBehindProxy(t *testing.T) (*redistest.Backend, *redistest.Proxy, *redistest.Replica) {
+	t.Helper()
+	master := redistest.Redis(t)
+	link := redistest.NewProxy(t, master.Addr)
+	return master, link, redistest.StartReplica(t, &redistest.Backend{Name: redistest.NameRedis, Addr: link.Addr()})
+}
+
 // keysBut lists the server's keys, unlock latches aside, less those named.
 func keysBut(t *testing.T, rdb rueidis.Client, but ...string) []string {
 	t.Helper()
@@ -223,9 +232,7 @@ func TestSyncReplicasReplicaStopped(t *testing.T) {
 // Lock returns holding, and the replica has the hold.
 func TestSyncReplicasWaitForTheReplica(t *testing.T) {
 	t.Parallel()
-	master := redistest.Redis(t)
-	link := redistest.NewProxy(t, master.Addr)
-	replica := redistest.StartReplica(t, &redistest.Backend{Name: redistest.NameRedis, Addr: link.Addr()})
+	master, link, replica := replicaBehindProxy(t)
 	ctx := testCtx(t, 30*time.Second)
 	c, rdb := newClient(t, master.Addr, WithSyncReplicas(1, 20*time.Second))
 	rep := redistest.ClientFor(t, replica.Addr)
@@ -255,9 +262,7 @@ func TestSyncReplicasWaitForTheReplica(t *testing.T) {
 // attempt has it confirmed: granted while the replica is away, the waiter gives it back.
 func TestSyncReplicasFairGrantUnconfirmed(t *testing.T) {
 	t.Parallel()
-	master := redistest.Redis(t)
-	link := redistest.NewProxy(t, master.Addr)
-	redistest.StartReplica(t, &redistest.Backend{Name: redistest.NameRedis, Addr: link.Addr()})
+	master, link, _ := replicaBehindProxy(t)
 	ctx := testCtx(t, 20*time.Second)
 	c1, rdb := newClient(t, master.Addr, WithSyncReplicas(1, 100*time.Millisecond))
 	c2, _ := newClient(t, master.Addr, WithSyncReplicas(1, 100*time.Millisecond))
@@ -296,9 +301,7 @@ func TestSyncReplicasFairGrantUnconfirmed(t *testing.T) {
 // hold can begin while the handle still calls its own valid.
 func TestSyncReplicasFailoverNeverOutlivesTheReplica(t *testing.T) {
 	t.Parallel()
-	master := redistest.Redis(t)
-	link := redistest.NewProxy(t, master.Addr)
-	replica := redistest.StartReplica(t, &redistest.Backend{Name: redistest.NameRedis, Addr: link.Addr()})
+	master, link, replica := replicaBehindProxy(t)
 	ctx := testCtx(t, 30*time.Second)
 	c, _ := newClient(t, master.Addr, WithSyncReplicas(1, 50*time.Millisecond))
 	l := c.Lock("failover")

@@ -98,3 +98,48 @@ func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
 		}
 	})
 }
+
+// A fair Lock whose attempt cannot settle the handle's earlier release (its outcome still
+// unknown, the release not yet run) must not take the lock from the leave that follows: the
+// leave finds the owner's old field, which the release will still drop. Lock fails, holding
+// nothing; once the release runs, the lock is free.
+func TestFairLeaveAfterUnsettledReleaseTakesNothing(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "fair:leave-unsettled"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr(), WithRetryBudget(100*time.Millisecond))
+		admin := b.Client(t)
+		l := c.FairLock(name)
+		must(t, l.Lock(ctx))
+		must(t, l.Unlock(ctx)) // Redis has the release script: a held-back EVALSHA of it runs
+		must(t, l.Lock(ctx))
+		// Only the release carries an unlock latch key: its runs, and its repeats, are held
+		// back; the fair lock's acquire and leave go through.
+		p.arm(unlockLatchPrefix, true)
+		if err := l.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Unlock with its runs held back: %v, want ErrOutcomeUnknown", err)
+		}
+		if !exists(t, admin, name) {
+			t.Fatal("the lock is gone: a run of the release reached Redis, so the situation this test is about did not arise")
+		}
+		err := l.Lock(ctx)
+		if err == nil {
+			t.Fatal("Lock returned nil while the handle's release was unsettled: it took the hold the release will drop")
+		}
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Lock: %v, want the unsettled release's ErrOutcomeUnknown", err)
+		}
+		p.disarm()
+		p.release()
+		if exists(t, admin, name) {
+			t.Fatalf("the lock is still held after the release ran (PTTL %d ms)", pttl(t, admin, name))
+		}
+		must(t, l.Lock(ctx)) // settles the release first: its repeat changes nothing
+		must(t, l.Unlock(ctx))
+		if exists(t, admin, name) {
+			t.Fatal("the lock is held after Lock/Unlock")
+		}
+	})
+}

@@ -334,3 +334,28 @@ func TestCloseSparesLatchOfRunningUnlock(t *testing.T) {
 		}
 	})
 }
+
+// An attempt after Close takes nothing: a wait that a wake-up and Close end at the same
+// moment may pick the wake-up (select chooses at random), and its attempt would otherwise
+// take a hold that no watchdog renews and no handle releases, which blocks every other
+// process for its whole lease. Through the core, since that race cannot be forced.
+func TestNoAttemptAfterClose(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "attempt-after-close"
+		c, admin := newClient(t, b.Addr)
+		var o owner
+		o.init(c, name, c.lockKind)
+		must(t, c.Close())
+		_, ok, err := o.attempt(ctx, 0, func() script {
+			return script{lua.LockAcquire, []string{name}, []string{c.wdMs, o.id, "0"}}
+		}, nil)
+		if ok || !errors.Is(err, ErrClosed) {
+			t.Fatalf("attempt after Close: ok %v, %v; want ErrClosed", ok, err)
+		}
+		if exists(t, admin, name) {
+			t.Fatalf("an attempt after Close took the lock (PTTL %d ms)", pttl(t, admin, name))
+		}
+	})
+}

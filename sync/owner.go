@@ -169,11 +169,11 @@ func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []s
 // a primitive without holds (a semaphore, a countdown latch) makes each state change safe
 // to repeat. The owner has no request of unknown outcome (pool.request lends none). When
 // this one's outcome stays unknown it is kept in o.unsettled, to be repeated (see
-// pool.settle) with the arguments cancel makes of its own, if cancel is not nil; when too
+// pool.settle) with the arguments cancel makes of its own, if cancel is not nil. When too
 // few replicas confirmed it (WithSyncReplicas), it is withdrawn so at once, and the error
-// wraps ErrNotReplicated. A release
-// (ctx without cancellation) is repeated within the retry budget whatever the caller's ctx
-// says.
+// wraps ErrNotReplicated; a withdrawal that gets no reply, or is refused, stays unsettled
+// and is repeated too. A release (ctx without cancellation) is repeated within the retry
+// budget whatever the caller's ctx says.
 func (o *owner) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
 	if err := o.check(ctx); err != nil {
 		return rueidis.RedisMessage{}, err
@@ -184,15 +184,19 @@ func (o *owner) request(ctx context.Context, req func(latch, n string) script, c
 	defer o.unlock()
 	latch, n := o.nextRequest()
 	r := req(latch, n)
+	sent := time.Now()
 	msg, err := o.numbered(ctx, r.s, r.keys, r.args)
-	if u := o.unsettled; u != nil && cancel != nil {
-		u.args = cancel(slices.Clone(u.args))
+	if cancel == nil {
+		return msg, err
 	}
-	if errors.Is(err, ErrNotReplicated) && cancel != nil {
+	if u := o.unsettled; u != nil {
+		u.args = cancel(slices.Clone(u.args))
+	} else if errors.Is(err, ErrNotReplicated) {
 		// Too few replicas confirmed it: withdrawn at once, as a request of unknown outcome
 		// is (what it took, if anything, is given back), whatever ctx says.
-		if _, cerr := o.numbered(context.WithoutCancel(ctx), r.s, r.keys, cancel(slices.Clone(r.args))); !replied(cerr) {
-			err = errors.Join(err, fmt.Errorf("dsync: giving it back: %w", cerr))
+		o.unsettled = &request{script: r.s, keys: r.keys, args: cancel(slices.Clone(r.args)), sent: sent}
+		if serr := o.settle(context.WithoutCancel(ctx)); serr != nil {
+			err = errors.Join(err, fmt.Errorf("dsync: giving it back: %w", serr))
 		}
 	}
 	return msg, err
@@ -506,6 +510,11 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		return 0, false, err
 	}
 	defer o.unlock()
+	if o.c.isClosed() {
+		// A wait that a wake-up and Close ended at once may come here: a hold taken now
+		// would have no watchdog, and no handle to release it.
+		return 0, false, ErrClosed
+	}
 	if err := o.settle(ctx); err != nil {
 		return 0, false, err
 	}
@@ -669,7 +678,9 @@ func (o *owner) exec(ctx context.Context, s *lua.Script, keys, args []string) (r
 // withdraw runs s, which withdraws a waiter's claim on the object (a fair lock's place, a
 // writer's claim) after a wait that did not end in a hold — whatever ctx says: a claim left
 // behind would hold others up until it lapsed. If Redis cannot be told, it lapses by itself
-// (see FairLock and RWLock for when). then, if not nil, is given the reply, under op.
+// (see FairLock and RWLock for when). then, if not nil, is given the reply, under op. Like
+// every request, it waits until an earlier one of unknown outcome is settled: the reply
+// could otherwise show a hold that request will still drop.
 func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisMessage) (bool, error)) (bool, error) {
 	ctx = context.WithoutCancel(ctx)
 	_ = o.lock(ctx)
@@ -677,7 +688,11 @@ func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisM
 	if o.count > 0 {
 		return false, nil // a re-entry, which never claims
 	}
-	msg, err := o.exec(ctx, s.s, s.keys, s.args)
+	err := o.settle(ctx)
+	var msg rueidis.RedisMessage
+	if err == nil {
+		msg, err = o.exec(ctx, s.s, s.keys, s.args)
+	}
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", zap.String("name", o.name), zap.Error(o.wrap(err)))

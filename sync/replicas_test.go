@@ -362,3 +362,46 @@ func TestSyncReplicasSemaphoreGivenBackOnClose(t *testing.T) {
 		t.Fatalf("permits on the master: %d, %v; want 3, all given back", n, err)
 	}
 }
+
+// A semaphore's unconfirmed acquisition whose give-back Redis refuses keeps the give-back
+// unsettled: the Client repeats it until Redis runs it, and the permits come back (they have
+// no lease that would bring them back otherwise). The refusal: the handle's latch key, whose
+// mark the give-back reads, has the wrong type until the test puts the mark back.
+func TestSyncReplicasRefusedGiveBackIsRepeated(t *testing.T) {
+	t.Parallel()
+	b := redistest.Redis(t) // no replica: WAIT 1 waits its whole timeout, and counts 0
+	ctx := testCtx(t, 30*time.Second)
+	c, rdb := newClient(t, b.Addr, WithSyncReplicas(1, time.Second))
+	const name = "refused-give-back"
+	permits := func() int64 {
+		n, err := rdb.Do(ctx, rdb.B().Get().Key(name).Build()).AsInt64()
+		must(t, err)
+		return n
+	}
+	s := c.Semaphore(name)
+	if _, err := s.TrySetPermits(ctx, 3); !errors.Is(err, ErrNotReplicated) {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Acquire(ctx, 2) }()
+	eventually(t, 10*time.Second, "the acquire runs, and waits for its replica", func() bool { return permits() == 1 })
+	latches, err := rdb.Do(ctx, rdb.B().Keys().Pattern(prefixName(unlockLatchPrefix, name)+":*").Build()).AsStrSlice()
+	must(t, err)
+	if len(latches) != 1 {
+		t.Fatalf("latch keys %q, want the handle's one", latches)
+	}
+	latch := latches[0]
+	mark, err := rdb.Do(ctx, rdb.B().Get().Key(latch).Build()).ToString()
+	must(t, err)
+	must(t, rdb.Do(ctx, rdb.B().Del().Key(latch).Build()).Error())
+	must(t, rdb.Do(ctx, rdb.B().Rpush().Key(latch).Element("wrong type").Build()).Error())
+	if err := <-done; !errors.Is(err, ErrNotReplicated) || !errors.Is(err, ErrWrongType) {
+		t.Fatalf("Acquire: %v, want ErrNotReplicated and the give-back's refusal (ErrWrongType)", err)
+	}
+	if n := permits(); n != 1 {
+		t.Fatalf("%d permits after the refused give-back, want 1: the situation this test is about did not arise", n)
+	}
+	must(t, rdb.Do(ctx, rdb.B().Del().Key(latch).Build()).Error())
+	must(t, rdb.Do(ctx, rdb.B().Set().Key(latch).Value(mark).PxMilliseconds(300000).Build()).Error())
+	eventually(t, 15*time.Second, "the refused give-back is repeated, and the permits come back", func() bool { return permits() == 3 })
+}

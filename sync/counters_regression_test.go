@@ -184,7 +184,7 @@ func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
 		var turns atomic.Int64
 		a := attemptFunc(func(ctx context.Context) (int64, bool, error) { return -1, false, nil })
 		_, err := c.acquire(ctx, wait{channel: s.channel, policy: semaphorePolicy, limit: time.Second, join: true,
-			ordered: true, attempt: a, early: true, also: func() string { turns.Add(1); return "" }})
+			ordered: true, attempt: a, also: func() string { turns.Add(1); return "" }})
 		must(t, err)
 		if n := turns.Load(); n > 10 {
 			t.Fatalf("a joined waiter that is not first turned its loop %d times in 1 s", n)

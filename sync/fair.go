@@ -107,10 +107,7 @@ func (c *Client) newToken() string { return strconv.FormatUint(c.waits.Add(1)+1,
 func (o *owner) takeGrant(lease time.Duration, requests uint64) (ok bool, err error, taken bool) {
 	_ = o.lock(context.Background())
 	defer o.unlock()
-	ttl := lease
-	if ttl == 0 {
-		ttl = o.c.wdTimeout
-	}
+	ttl := o.c.leaseOr(lease)
 	// With WithSyncReplicas, only the owner's own script can have its hold confirmed.
 	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || time.Until(o.sent.Add(ttl)) < ttl/2 {
 		return false, nil, false

@@ -118,7 +118,7 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 	// Every message wakes every awaiter: a 1 may be a Delete, after which the latch counts
 	// zero. A 0 received since the wait registered is proof that the count reached zero
 	// meanwhile: the wait ends without reading it.
-	_, err := o.c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: -1, attempt: a, early: true,
+	_, err := o.c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: -1, attempt: a,
 		grant: "0", granted: func() (bool, error, bool) { return true, nil, true }})
 	return err
 }

@@ -358,3 +358,28 @@ func TestUnknownFinalUnlockThenLockUnlockFrees(t *testing.T) {
 		})
 	}
 }
+
+// A nested Unlock whose outcome stays unknown, on a lock deleted meanwhile (a force unlock):
+// the outer Unlock settles the inner release first — its repeat finds nothing — and then
+// finds the hold gone itself: ErrLockLost, and Lost closes.
+func TestUnknownNestedUnlockOnDeletedLockIsLost(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "nested-unknown-deleted"
+		p, l, other := heldBackHandle(t, ctx, b, name, WithRetryBudget(100*time.Millisecond))
+		must(t, l.Lock(ctx))
+		must(t, l.Lock(ctx))
+		unknownUnlock(t, ctx, p, l, false)
+		must(t, other.rdb.Do(ctx, other.rdb.B().Del().Key(name).Build()).Error())
+		if err := l.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("outer Unlock of a deleted lock: %v, want ErrLockLost", err)
+		}
+		if !closed(l.Lost()) {
+			t.Fatal("Lost is open after Unlock found the hold gone")
+		}
+		if exists(t, other.rdb, name) {
+			t.Fatal("the deleted lock is back")
+		}
+	})
+}

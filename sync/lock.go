@@ -54,7 +54,8 @@ func (c *Client) Lock(name string) *Lock {
 	return l
 }
 
-// exclusive is what Lock and FairLock share: their methods differ only in the scripts.
+// exclusive is what Lock, FairLock and FencedLock share: one method set, whose scripts and
+// waiting (who joins, who is handed the lock, who is granted it) follow fair and tokenKey.
 type exclusive struct {
 	o       owner
 	channel string // the lock's channel
@@ -166,6 +167,15 @@ func (c *Client) leaseMs(lease time.Duration) string {
 	return strconv.FormatInt(lease.Milliseconds(), 10)
 }
 
+// leaseOr is the TTL a hold taken with lease gets: lease, or the watchdog timeout for 0 (a
+// hold the watchdog keeps).
+func (c *Client) leaseOr(lease time.Duration) time.Duration {
+	if lease == 0 {
+		return c.wdTimeout
+	}
+	return lease
+}
+
 func (cfg *lockConfig) check() error {
 	if cfg.leaseSet && cfg.lease < time.Millisecond {
 		return invalid("lease", "must be >= 1ms, got %v", cfg.lease)
@@ -224,12 +234,10 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	// A fair lock's waiters never join: each listens on its own channel, and Redis keeps the
 	// order.
-	join := o.count == 0 && !o.unsure && o.unsettled == nil && l.fair == nil
+	join := o.count == 0 && !o.doubtful() && l.fair == nil
 	o.unlock()
 	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
-	// Either lock's channel is its waiters' own or their Client's, which lingers subscribed
-	// between waits: early listening saves an attempt per wait.
-	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a, early: true}
+	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	if l.fair != nil {
 		// The waiter's own channel: a release may grant it the lock (its token) rather than
 		// tell it to attempt (0).
@@ -246,7 +254,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	// A fenced lock is never handed on: each holder must take a token of its own.
 	if join && o.c.maxHandoff > 0 && l.tokenKey == "" {
-		a.heir = heir{key: o.name, o: o, lease: lease, leaseMs: leaseMs, attempt: a}
+		a.heir = heir{key: o.name, o: o, lease: lease, leaseMs: leaseMs}
 		w.heir = &a.heir
 	}
 	ok, err := o.c.acquire(ctx, w)
@@ -426,14 +434,7 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 }
 
 // IsLocked reports whether anyone holds the lock.
-func (l *exclusive) IsLocked(ctx context.Context) (bool, error) {
-	o := &l.o
-	if err := o.check(ctx); err != nil {
-		return false, err
-	}
-	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Exists().Key(o.name).Build()).AsInt64()
-	return n == 1, o.wrap(err)
-}
+func (l *exclusive) IsLocked(ctx context.Context) (bool, error) { return l.o.exists(ctx) }
 
 // IsHeld reports whether this handle holds the lock, as Redis sees it. When the handle
 // thought it held the lock and Redis says no, the hold is lost: Lost closes.

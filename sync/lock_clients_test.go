@@ -154,8 +154,10 @@ func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
 		wantResult(t, "heir", heirGot, 5*time.Second)
 		last := runC.Lock(name)
 		lastGot := lockAsync(ctx, last)
-		eventually(t, 5*time.Second, "a third waiter on the run's Client", func() bool {
-			return runC.mux.Waiters(waitChannel(runC, name)) == 1
+		// Its attempt made (it registers the run's Client again): one still to come could
+		// take the lock that the release below frees for the other Client.
+		eventually(t, 5*time.Second, "a third waiter on the run's Client, its attempt made", func() bool {
+			return runC.mux.Waiters(waitChannel(runC, name)) == 1 && len(registered(t, rdb, name)) == 2
 		})
 		must(t, heir.Unlock(ctx)) // the run is over: the other Client's turn
 		wantResult(t, "the other Client's waiter", other, 5*time.Second)

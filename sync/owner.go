@@ -92,6 +92,11 @@ func hasHashTag(name string) bool {
 	return i >= 0 && strings.IndexByte(name[i+1:], '}') > 0
 }
 
+// doubtful reports whether Redis may count a hold of the owner's that the owner does not know
+// of: an acquire's outcome is unknown, or a request's is (a release not yet run drops a hold
+// later). Such an owner attempts before it waits, which adopts or settles it. Caller holds op.
+func (o *owner) doubtful() bool { return o.unsure || o.unsettled != nil }
+
 // lock takes the owner's op within ctx; unlock gives it back.
 func (o *owner) lock(ctx context.Context) error {
 	select {
@@ -122,6 +127,15 @@ func (o *owner) holds(ctx context.Context) (int, error) {
 	return o.count, nil
 }
 
+// exists reports whether the object's key exists: whether anyone holds a lock.
+func (o *owner) exists(ctx context.Context) (bool, error) {
+	if err := o.check(ctx); err != nil {
+		return false, err
+	}
+	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Exists().Key(o.name).Build()).AsInt64()
+	return n == 1, o.wrap(err)
+}
+
 // check validates what every Redis-touching call gets.
 func (o *owner) check(ctx context.Context) error {
 	if ctx == nil {
@@ -133,12 +147,10 @@ func (o *owner) check(ctx context.Context) error {
 	return o.err
 }
 
-// A request is a numbered request kept for repeating, with what its reply means when it is
-// learned late (settled).
+// A request is a numbered request kept for repeating.
 type request struct {
 	script     *lua.Script
 	keys, args []string
-	settled    func(rueidis.RedisMessage) error
 	sent       time.Time // when it was first sent: its mark lasts unlockLatch from about then
 }
 
@@ -154,8 +166,7 @@ func (o *owner) nextRequest() (latch, n string) {
 }
 
 // numbered runs a request numbered by nextRequest. When its outcome stays unknown it is kept
-// in o.unsettled, to be repeated before the owner's next request; the caller sets what its
-// answer will mean (settled). Caller holds op.
+// in o.unsettled, to be repeated before the owner's next request (settle). Caller holds op.
 func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
 	sent := time.Now()
 	msg, err := o.exec(ctx, script, keys, args)
@@ -297,24 +308,21 @@ func (p *pool) settle(o *owner) {
 	}
 }
 
-// settle repeats a request whose outcome is unknown (retried within the budget and ctx) and
-// reports what its answer means. Until a repeat gets a reply — not a refusal: a refused
-// repeat did not run, and the first run may still — the owner makes no other request, so a
-// late run of it can never act on a hold taken since. Caller holds op.
+// settle repeats a request whose outcome is unknown (retried within the budget and ctx). Until
+// a repeat gets a reply — not a refusal: a refused repeat did not run, and the first run may
+// still — the owner makes no other request, so a late run of it can never act on a hold
+// taken since. What the reply says needs no reading: the owner's next request, made with the
+// holds it counts, finds out itself whether they are still there. Caller holds op.
 func (o *owner) settle(ctx context.Context) error {
 	r := o.unsettled
 	if r == nil {
 		return nil
 	}
-	msg, err := o.exec(ctx, r.script, r.keys, r.args)
-	if err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
+	if _, err := o.exec(ctx, r.script, r.keys, r.args); err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
 		return fmt.Errorf("%w (an earlier request of the handle is still unsettled)", o.wrap(err))
 	}
 	o.unsettled = nil
-	if r.settled == nil {
-		return nil
-	}
-	return r.settled(msg)
+	return nil
 }
 
 // exec runs a script that is safe to repeat. A reply lost to the network, or a refusal that
@@ -624,16 +632,6 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 			// would not know.
 			u.args = u.args[:len(u.args)-2]
 		}
-		// What the repeat's answer means: an inner hold is lost if the lock is gone (a last
-		// one was given up either way).
-		if inner {
-			u.settled = func(msg rueidis.RedisMessage) error {
-				if msg.IsNil() {
-					return o.lost("an inner hold's release found the lock gone")
-				}
-				return nil
-			}
-		}
 	}
 	switch {
 	case unknown:
@@ -705,12 +703,7 @@ func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisM
 }
 
 // ttl is the lease of the latest hold: the TTL a partial release keeps at least.
-func (o *owner) ttl() time.Duration {
-	if o.leaseD == 0 {
-		return o.c.wdTimeout
-	}
-	return o.leaseD
-}
+func (o *owner) ttl() time.Duration { return o.c.leaseOr(o.leaseD) }
 
 // took records a hold that a script sent at sent granted with lease (0: kept by the
 // watchdog) and registers it with the watchdog before the caller learns of it. A hold whose

@@ -189,10 +189,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 	for i := range ids {
 		ids[i] = hex.EncodeToString(raw[16*i : 16*(i+1)])
 	}
-	ttl := lease
-	if lease == 0 {
-		ttl = c.wdTimeout
-	}
+	ttl := c.leaseOr(lease)
 	var sent time.Time
 	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
 		sent = time.Now()

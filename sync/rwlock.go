@@ -202,14 +202,7 @@ func (l *RWLock) writeRelease(holds int, latch, n string) script {
 }
 
 // IsLocked reports whether anyone holds the lock, to read or to write.
-func (l *RWLock) IsLocked(ctx context.Context) (bool, error) {
-	o := &l.r
-	if err := o.check(ctx); err != nil {
-		return false, err
-	}
-	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Exists().Key(o.name).Build()).AsInt64()
-	return n == 1, o.wrap(err)
-}
+func (l *RWLock) IsLocked(ctx context.Context) (bool, error) { return l.r.exists(ctx) }
 
 // Lost returns a channel closed when the lease of the handle's current (or most recent)
 // write hold is lost while held; RLost does the same for its read holds. What they can and

@@ -222,9 +222,6 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bo
 		}
 		return -1, ok, err
 	})
-	if h != nil {
-		h.attempt = a
-	}
 	return c.acquirePermits(ctx, s.channel, limit, h, a)
 }
 
@@ -241,7 +238,7 @@ func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.
 		_, ok, err := a.attempt(ctx)
 		return ok, err
 	}
-	w := wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, early: true, heir: h}
+	w := wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, heir: h}
 	ok, err := c.acquire(ctx, w)
 	if !ok || (h != nil && h.state.Load() == heirGone && h.more.Load()) {
 		c.mux.Wake(channel)

@@ -15,7 +15,7 @@ import (
 type wait struct {
 	channel string
 	policy  pubsub.Policy
-	limit   time.Duration // 0: one attempt; negative: no limit
+	limit   time.Duration // negative: no limit (a single attempt is the caller's, not a wait)
 	// join lets the waiter queue behind the channel's other local waiters without attempting
 	// first: only for waiters that all want the same thing, and only when the caller holds
 	// nothing a waiter ahead could need.
@@ -23,11 +23,6 @@ type wait struct {
 	attempt attempter
 	// heir, if not nil, is queued while waiting for a local release to hand the lock to.
 	heir *heir
-	// early registers on the channel before the first attempt if it is subscribed already:
-	// for a channel of the waiter's own or its Client's, which lingers subscribed between
-	// waits, so that a waiter coming back needs no second attempt for a message it might
-	// have missed while subscribing.
-	early bool
 	// ordered serves the channel's local waiters in arrival order: only the first attempts,
 	// and a wake-up that reaches another is left to it (a semaphore's waiters, where a later,
 	// smaller request could succeed where the first cannot). Every ordered waiter joins.
@@ -62,7 +57,7 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 	if w.limit > 0 {
 		deadline = time.Now().Add(w.limit)
 	}
-	if w.limit != 0 && w.join {
+	if w.join {
 		if sub, hint := c.mux.Join(w.channel); sub != nil {
 			ttl := int64(-1)
 			if !hint.IsZero() {
@@ -71,31 +66,32 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 			return c.await(ctx, w, sub, deadline, ttl, false)
 		}
 	}
-	if w.early && c.mux.Subscribed(w.channel) {
-		// Subscribed already, the waiter misses nothing from here on (should the channel be
-		// left meanwhile, it is signalled when it is subscribed again, and attempts again).
-		sub, _, err := c.mux.Listen(w.channel, w.policy)
-		if err != nil {
+	var sub *pubsub.Waiter
+	if c.mux.Subscribed(w.channel) {
+		// Subscribed already (channels linger subscribed between waits), the waiter
+		// registers before it attempts and misses nothing from here on, so a waiter coming
+		// back needs no second attempt for a message it might have missed while subscribing
+		// (should the channel be left meanwhile, it is signalled when it is subscribed
+		// again, and attempts again).
+		var err error
+		if sub, _, err = c.mux.Listen(w.channel, w.policy); err != nil {
 			return false, c.waitEnded(err)
 		}
 		if w.ordered && !sub.First() {
 			return c.await(ctx, w, sub, deadline, -1, false) // others came meanwhile
 		}
-		ttl, ok, err := w.attempt.attempt(ctx)
-		if ok || err != nil || w.limit == 0 {
-			sub.Close()
-			return ok, err
-		}
-		hint(sub, ttl)
-		return c.await(ctx, w, sub, deadline, ttl, true)
 	}
 	ttl, ok, err := w.attempt.attempt(ctx)
-	if ok || err != nil || w.limit == 0 {
+	if ok || err != nil {
+		if sub != nil {
+			sub.Close()
+		}
 		return ok, err
 	}
-	sub, err := c.mux.Subscribe(w.channel, w.policy)
-	if err != nil {
-		return false, c.waitEnded(err)
+	if sub == nil {
+		if sub, err = c.mux.Subscribe(w.channel, w.policy); err != nil {
+			return false, c.waitEnded(err)
+		}
 	}
 	hint(sub, ttl)
 	return c.await(ctx, w, sub, deadline, ttl, true)
@@ -134,7 +130,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 	h := w.heir
 	var verdicts <-chan verdict
 	if h != nil {
-		h.sub = sub
+		h.sub, h.attempt = sub, w.attempt
 		c.heirs.add(h)
 		defer c.heirs.remove(h)
 		verdicts = h.verdict
@@ -281,7 +277,7 @@ type heir struct {
 	o       *owner        // a lock's: its owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
-	attempt attempter // the acquisition's own attempt
+	attempt attempter // the wait's own attempt
 	// state is heirParked while the heir waits and nobody acts for it; a releaser moves it
 	// to heirReserved, the heir itself to every other state.
 	state   atomic.Int32
@@ -349,7 +345,7 @@ func (q *heirs) reserve(name string) *heir {
 		if h.o == nil || h.state.Load() != heirParked || !h.o.tryLock() { // h.o nil: a semaphore's, keyed by a channel
 			continue
 		}
-		if h.o.count == 0 && h.o.unsettled == nil && !h.o.unsure && h.state.CompareAndSwap(heirParked, heirReserved) {
+		if h.o.count == 0 && !h.o.doubtful() && h.state.CompareAndSwap(heirParked, heirReserved) {
 			return h
 		}
 		h.o.unlock()

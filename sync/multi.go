@@ -88,11 +88,8 @@ func (m *Multi) Lock(ctx context.Context, opts ...LockOption) error {
 	if err != nil {
 		return err
 	}
-	if ctx == nil {
-		return invalid("ctx", "must not be nil")
-	}
-	if m.err != nil {
-		return m.err // before drawing a round: there may be no locks
+	if err := m.check(ctx); err != nil {
+		return err // before drawing a round: there may be no locks
 	}
 	for {
 		round := time.Duration(len(m.locks)) * multiRound
@@ -131,12 +128,17 @@ func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error
 
 // try runs Redisson's multi-lock (or red lock) acquisition with wait in all: rounds until
 // one takes every lock (a quorum), or the wait is over.
-func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bool, error) {
+// check validates what every call gets: a context, and the locks the Multi was made of.
+func (m *Multi) check(ctx context.Context) error {
 	if ctx == nil {
-		return false, invalid("ctx", "must not be nil")
+		return invalid("ctx", "must not be nil")
 	}
-	if m.err != nil {
-		return false, m.err
+	return m.err
+}
+
+func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bool, error) {
+	if err := m.check(ctx); err != nil {
+		return false, err
 	}
 	if len(m.held) > 0 {
 		return false, fmt.Errorf("%w: the multi-lock is held already", ErrInvalidArgument)
@@ -269,11 +271,8 @@ func all(n int, f func(i int)) {
 // Unlock releases every lock, whatever fails, and reports every failure (errors.Join; each
 // is as its lock's Unlock reports it). It returns ErrNotHeld if the multi-lock is not held.
 func (m *Multi) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return invalid("ctx", "must not be nil")
-	}
-	if m.err != nil {
-		return m.err
+	if err := m.check(ctx); err != nil {
+		return err
 	}
 	if len(m.held) == 0 {
 		return fmt.Errorf("%w: the multi-lock is not held", ErrNotHeld)

@@ -73,9 +73,10 @@ func (l *exclusive) leave(ctx context.Context, lease time.Duration) (bool, error
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
 				return false, nil
 			}
-			if o.c.replicas > 0 {
+			if o.c.replicas > 0 || o.c.isClosed() {
 				// Granted by the releaser's script, which only an attempt of the owner's own
-				// could confirm (WithSyncReplicas): the wait ended without it, so it goes on.
+				// could confirm (WithSyncReplicas), or to a Client closed since, whose hold
+				// nobody would renew or release: it goes back.
 				return false, o.giveBack(ctx, 1)
 			}
 			err := o.took(o.sent, lease, 0)
@@ -108,8 +109,9 @@ func (o *owner) takeGrant(lease time.Duration, requests uint64) (ok bool, err er
 	_ = o.lock(context.Background())
 	defer o.unlock()
 	ttl := o.c.leaseOr(lease)
-	// With WithSyncReplicas, only the owner's own script can have its hold confirmed.
-	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || time.Until(o.sent.Add(ttl)) < ttl/2 {
+	// With WithSyncReplicas, only the owner's own script can have its hold confirmed; once
+	// the Client is closed, the wait's leave gives the grant back.
+	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || o.c.isClosed() || time.Until(o.sent.Add(ttl)) < ttl/2 {
 		return false, nil, false
 	}
 	err = o.took(o.sent, lease, 0)

@@ -457,7 +457,7 @@ func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 	defer o.unlock()
 	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Hget().Key(o.name).Field(o.id).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
-		if o.count > 0 && o.unsettled == nil {
+		if o.count > 0 {
 			o.lost("the hold is gone from Redis")
 		}
 		return 0, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	gosync "sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -335,27 +336,50 @@ func TestCloseSparesLatchOfRunningUnlock(t *testing.T) {
 	})
 }
 
-// An attempt after Close takes nothing: a wait that a wake-up and Close end at the same
-// moment may pick the wake-up (select chooses at random), and its attempt would otherwise
-// take a hold that no watchdog renews and no handle releases, which blocks every other
-// process for its whole lease. Through the core, since that race cannot be forced.
-func TestNoAttemptAfterClose(t *testing.T) {
+// A Close that lands while an acquire is on its way gives the hold back: the script took it,
+// but nobody would renew or release it, and it would block every other process for its
+// lease. (A wait that a wake-up and Close end at the same moment may pick the wake-up —
+// select chooses at random — and attempt after Close: the same case.) For a fair lock, a grant that reaches a waiter whose Client closed meanwhile goes
+// back too (its wait's leave finds it).
+func TestCloseDuringAcquireGivesTheHoldBack(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
-		const name = "attempt-after-close"
-		c, admin := newClient(t, b.Addr)
-		var o owner
-		o.init(c, name, c.lockKind)
-		must(t, c.Close())
-		_, ok, err := o.attempt(ctx, 0, func() script {
-			return script{lua.LockAcquire, []string{name}, []string{c.wdMs, o.id, "0"}}
-		}, nil)
-		if ok || !errors.Is(err, ErrClosed) {
-			t.Fatalf("attempt after Close: ok %v, %v; want ErrClosed", ok, err)
-		}
-		if exists(t, admin, name) {
-			t.Fatalf("an attempt after Close took the lock (PTTL %d ms)", pttl(t, admin, name))
-		}
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		t.Run("lock", func(t *testing.T) {
+			const name = "close-during-acquire"
+			c, _ := newClient(t, b.Addr)
+			c.afterAcquire = func() { c.Close() } // the script ran; Close comes before its reply is read
+			if err := c.Lock(name).Lock(ctx); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Lock closed during its acquire: %v, want ErrClosed", err)
+			}
+			if exists(t, admin, name) {
+				t.Fatalf("the hold taken as the Client closed is still there (PTTL %d ms)", pttl(t, admin, name))
+			}
+		})
+		t.Run("fair grant", func(t *testing.T) {
+			const name = "fair:close-during-grant"
+			hc, _ := newClient(t, b.Addr)
+			holder := hc.FairLock(name)
+			must(t, holder.Lock(ctx))
+			c, _ := newClient(t, b.Addr)
+			w := c.FairLock(name)
+			var once gosync.Once
+			c.afterAcquire = func() { // the waiter queued; the holder grants it the lock, and its Client closes
+				once.Do(func() {
+					must(t, holder.Unlock(ctx))
+					if _, ok := hgetField(t, admin, name, w.Owner()); !ok {
+						t.Error("the release did not grant the waiter the lock: the situation this test is about did not arise")
+					}
+					c.Close()
+				})
+			}
+			if err := w.Lock(ctx); !errors.Is(err, ErrClosed) {
+				t.Fatalf("fair Lock whose Client closed as it was granted the lock: %v, want ErrClosed", err)
+			}
+			if exists(t, admin, name) {
+				t.Fatalf("the lock granted to a closed Client's waiter is still held (PTTL %d ms)", pttl(t, admin, name))
+			}
+		})
 	})
 }

@@ -126,8 +126,6 @@ func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error
 	return m.try(ctx, cfg, cfg.wait)
 }
 
-// try runs Redisson's multi-lock (or red lock) acquisition with wait in all: rounds until
-// one takes every lock (a quorum), or the wait is over.
 // check validates what every call gets: a context, and the locks the Multi was made of.
 func (m *Multi) check(ctx context.Context) error {
 	if ctx == nil {
@@ -136,6 +134,8 @@ func (m *Multi) check(ctx context.Context) error {
 	return m.err
 }
 
+// try runs Redisson's multi-lock (or red lock) acquisition with wait in all: rounds until
+// one takes every lock (a quorum), or the wait is over.
 func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bool, error) {
 	if err := m.check(ctx); err != nil {
 		return false, err

@@ -311,17 +311,23 @@ func (p *pool) settle(o *owner) {
 // settle repeats a request whose outcome is unknown (retried within the budget and ctx). Until
 // a repeat gets a reply — not a refusal: a refused repeat did not run, and the first run may
 // still — the owner makes no other request, so a late run of it can never act on a hold
-// taken since. What the reply says needs no reading: the owner's next request, made with the
-// holds it counts, finds out itself whether they are still there. Caller holds op.
+// taken since, and the owner counts the holds it counted when the request was made. A reply
+// of nil says the owner held nothing (every release script's "not held"): holds it still
+// counts — besides one an inner release dropped, or a give-back gave — are lost. (The next
+// request would find that out too, but it may get no reply.) Caller holds op.
 func (o *owner) settle(ctx context.Context) error {
 	r := o.unsettled
 	if r == nil {
 		return nil
 	}
-	if _, err := o.exec(ctx, r.script, r.keys, r.args); err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
-		return fmt.Errorf("%w (an earlier request of the handle is still unsettled)", o.wrap(err))
+	msg, err := o.exec(ctx, r.script, r.keys, r.args)
+	if err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
+		return fmt.Errorf("%w (a request of the handle whose outcome is unknown is still unsettled)", o.wrap(err))
 	}
 	o.unsettled = nil
+	if msg.IsNil() && o.count > 0 {
+		return o.lost("a release of the handle's, repeated, found the lock gone")
+	}
 	return nil
 }
 
@@ -511,18 +517,14 @@ type acquireOut struct {
 // when the holder announces its release only on Redisson's channel (lock_acquire.lua). out,
 // if not nil, is given what the reply says besides.
 //
-// A hold taken that too few replicas confirmed (WithSyncReplicas) is given back at once (see
-// giveBack) and the attempt fails with an error wrapping ErrNotReplicated.
+// A hold taken that too few replicas confirmed (WithSyncReplicas), or once the Client was
+// closed, is given back at once (see giveBack) and the attempt fails with an error wrapping
+// ErrNotReplicated or ErrClosed.
 func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script, out *acquireOut) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
 	defer o.unlock()
-	if o.c.isClosed() {
-		// A wait that a wake-up and Close ended at once may come here: a hold taken now
-		// would have no watchdog, and no handle to release it.
-		return 0, false, ErrClosed
-	}
 	if err := o.settle(ctx); err != nil {
 		return 0, false, err
 	}
@@ -559,6 +561,11 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 			out.token = token
 		}
 		taken = true
+	}
+	if taken && unconfirmed == nil && o.c.isClosed() {
+		// Closed before or while the script ran (a wait that a wake-up and Close ended at
+		// once may attempt): nobody would renew or release the hold, so it goes back.
+		unconfirmed = ErrClosed
 	}
 	if taken && unconfirmed != nil {
 		return 0, false, o.unconfirmed(ctx, unconfirmed, o.count+1)
@@ -676,9 +683,9 @@ func (o *owner) exec(ctx context.Context, s *lua.Script, keys, args []string) (r
 // withdraw runs s, which withdraws a waiter's claim on the object (a fair lock's place, a
 // writer's claim) after a wait that did not end in a hold — whatever ctx says: a claim left
 // behind would hold others up until it lapsed. If Redis cannot be told, it lapses by itself
-// (see FairLock and RWLock for when). then, if not nil, is given the reply, under op. Like
-// every request, it waits until an earlier one of unknown outcome is settled: the reply
-// could otherwise show a hold that request will still drop.
+// (see FairLock and RWLock for when). then, if not nil, is given the reply, under op: a
+// request of unknown outcome is settled first, or the reply could show a hold that request
+// will still drop.
 func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisMessage) (bool, error)) (bool, error) {
 	ctx = context.WithoutCancel(ctx)
 	_ = o.lock(ctx)
@@ -686,11 +693,13 @@ func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisM
 	if o.count > 0 {
 		return false, nil // a re-entry, which never claims
 	}
-	err := o.settle(ctx)
-	var msg rueidis.RedisMessage
-	if err == nil {
-		msg, err = o.exec(ctx, s.s, s.keys, s.args)
+	if then != nil {
+		if err := o.settle(ctx); err != nil {
+			o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", zap.String("name", o.name), zap.Error(err))
+			return false, nil
+		}
 	}
+	msg, err := o.exec(ctx, s.s, s.keys, s.args)
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", zap.String("name", o.name), zap.Error(o.wrap(err)))

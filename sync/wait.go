@@ -15,7 +15,7 @@ import (
 type wait struct {
 	channel string
 	policy  pubsub.Policy
-	limit   time.Duration // negative: no limit (a single attempt is the caller's, not a wait)
+	limit   time.Duration // > 0: that long; < 0: no limit (a single attempt, 0, is the caller's)
 	// join lets the waiter queue behind the channel's other local waiters without attempting
 	// first: only for waiters that all want the same thing, and only when the caller holds
 	// nothing a waiter ahead could need.
@@ -44,7 +44,8 @@ type attempter interface {
 }
 
 // acquire is how every blocking primitive takes what it waits for (REDISSON-LAYOUT §2.3):
-// attempt; on failure register on the channel and alternate waiting and attempting.
+// attempt; on failure register on the channel (before the attempt, if it is subscribed
+// already) and alternate waiting and attempting.
 //
 // A waiter that may join and finds other local waiters already on the channel queues behind
 // them without attempting: a release wakes the longest-waiting one, so an attempt of its own

@@ -344,7 +344,9 @@ func (c *Client) ID() string { return c.id }
 
 // Close stops the watchdog, the subscriptions and the janitor. Locks still held are no
 // longer renewed (their Lost channels close) and expire when their leases run out; waiting
-// calls return ErrClosed. Close does not close the rueidis client. It is idempotent.
+// calls return ErrClosed, and a lock that an acquisition under way takes meanwhile (a fair
+// lock's grant included) is given back. Close does not close the rueidis client. It is
+// idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)

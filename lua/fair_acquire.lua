@@ -18,12 +18,11 @@
 -- dead one's place lapses at the head one wait after its last attempt. Redisson instead
 -- moves every deadline at every grant, which costs a command per waiter.
 local now, wait = tonumber(ARGV[5]), tonumber(ARGV[4])
-drop_stale(KEYS[2], KEYS[3], KEYS[4], now)
+local head, first = drop_stale(KEYS[2], KEYS[3], KEYS[4], now) -- until the queue changes
 local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[1]))
 if r then
     return r == -3 and -3 or nil
 end
-local head = redis.call('lindex', KEYS[2], 0)
 if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
     if head then
         redis.call('lpop', KEYS[2])
@@ -38,9 +37,10 @@ local pttl = redis.call('pttl', KEYS[1])
 if ARGV[6] ~= '1' then
     return pttl
 end
-local pos = redis.call('lpos', KEYS[2], ARGV[2])
+local pos, len = redis.call('lpos', KEYS[2], ARGV[2]), nil
 if not pos then
-    pos = redis.call('rpush', KEYS[2], ARGV[2]) - 1
+    len = redis.call('rpush', KEYS[2], ARGV[2]) -- the queue's length, with the new place
+    pos = len - 1
 end
 redis.call('hset', KEYS[4], ARGV[2], ARGV[1] .. ':' .. ARGV[7])
 -- A lease entry of a waiter that left with no script of ours (Java's dropped it as stale)
@@ -53,7 +53,7 @@ local java = 0
 -- hash) can hide a Java waiter from the count until the hash lapses; the waiter's deadline
 -- is then one wait short per Java waiter hidden, and a Java grant can make it stale at the
 -- head: it loses its place and queues again at its next attempt.
-if pos > 0 and redis.call('hlen', KEYS[4]) < redis.call('llen', KEYS[2]) then
+if pos > 0 and redis.call('hlen', KEYS[4]) < (len or redis.call('llen', KEYS[2])) then
     local ahead = redis.call('lrange', KEYS[2], 0, pos - 1)
     for _, lease in ipairs(redis.call('hmget', KEYS[4], unpack(ahead))) do
         if not lease then
@@ -61,15 +61,11 @@ if pos > 0 and redis.call('hlen', KEYS[4]) < redis.call('llen', KEYS[2]) then
         end
     end
 end
-local deadline = now + (java + 1) * wait
-local score = tonumber(redis.call('zscore', KEYS[3], ARGV[2]))
-if not score or score < deadline then
-    redis.call('zadd', KEYS[3], deadline, ARGV[2])
-end
+redis.call('zadd', KEYS[3], 'GT', now + (java + 1) * wait, ARGV[2]) -- a deadline only grows
 if pos == 0 then
     return pttl
 end
-local first = tonumber(redis.call('zscore', KEYS[3], redis.call('lindex', KEYS[2], 0)))
+-- Behind the head, which is as drop_stale found it: only a place at the tail was added.
 if not first then
     return -1
 end

@@ -120,16 +120,18 @@ end
 -- drop_stale removes the fair lock's head waiters whose deadline has passed (§3.2): queue is
 -- the list of waiting owners, timeouts the zset of their deadlines, leases the hash of
 -- latchkey waiters' leases (see hand_on), now epoch ms. As in Redisson, the deadlines behind
--- do not move: a Java waiter's is good only for the place it was set for.
+-- do not move: a Java waiter's is good only for the place it was set for. It returns the
+-- head left (false: none) and its deadline (nil: none), which the caller may use for as long
+-- as it has not changed the queue.
 local function drop_stale(queue, timeouts, leases, now)
     while true do
         local head = redis.call('lindex', queue, 0)
         if not head then
-            return
+            return false
         end
         local deadline = tonumber(redis.call('zscore', timeouts, head))
         if not deadline or deadline > now then
-            return
+            return head, deadline
         end
         redis.call('zrem', timeouts, head)
         redis.call('hdel', leases, head)
@@ -137,14 +139,17 @@ local function drop_stale(queue, timeouts, leases, now)
     end
 end
 
--- hand_on passes a free fair lock to its head waiter, if there is one. A latchkey waiter —
+-- hand_on passes a free fair lock to its head waiter, if there is one: head, as drop_stale
+-- returned it if the queue has not changed since, or nil to read it. A latchkey waiter —
 -- one with an entry "<lease ms>:<token>" in leases — is granted the lock (it leaves the
 -- queue and holds the lock once, with its lease) and told its wait's token on its own
 -- channel, so that it takes the lock with no attempt of its own: the token names the wait
 -- granted, and a message that reaches a later wait of the same owner is not taken for a
 -- grant. Any other waiter (Java's) is told 0, Redisson's message, and attempts.
-local function hand_on(lock, queue, timeouts, leases, channel, publish)
-    local head = redis.call('lindex', queue, 0)
+local function hand_on(lock, queue, timeouts, leases, channel, publish, head)
+    if head == nil then
+        head = redis.call('lindex', queue, 0)
+    end
     if not head then
         return
     end

@@ -23,7 +23,8 @@ local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[1]))
 if r then
     return r == -3 and -3 or nil
 end
-if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
+local pttl = redis.call('pttl', KEYS[1]) -- -2: no lock
+if pttl == -2 and (not head or head == ARGV[2]) then
     if head then
         redis.call('lpop', KEYS[2])
     end
@@ -33,7 +34,6 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
-local pttl = redis.call('pttl', KEYS[1])
 if ARGV[6] ~= '1' then
     return pttl
 end

@@ -5,15 +5,17 @@
 -- ARGV[2] owner id, ARGV[3] publish command, ARGV[4] latch PX ms, ARGV[5] the holds the owner
 -- knows it has, ARGV[6] this release's request number, ARGV[7] now (epoch ms).
 -- Reply: nil when the owner does not hold the lock; 0 when still held; 1 when freed. A freed
--- lock goes to the head waiter (see hand_on) — also when it was gone already, as Redisson
--- tells the head then, so that the head need not wait for its next attempt. Safe to repeat
--- (see release).
+-- lock goes to the head waiter (see hand_on) — also when the release finds it gone already,
+-- as Redisson tells the head then, so that the head need not wait for its next attempt. Safe
+-- to repeat (see release).
 local head = drop_stale(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[7])) -- the release leaves the queue as it is
-if redis.call('exists', KEYS[1]) == 0 then
-    hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], head)
-end
 return release(KEYS[1], KEYS[6], ARGV[4], ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[1]), 1,
     function()
         hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], head)
         return 1
+    end,
+    function()
+        if redis.call('exists', KEYS[1]) == 0 then
+            hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], head)
+        end
     end)

@@ -61,14 +61,24 @@ local function give(key, channel, n, publish)
     return v
 end
 
+-- not_held is release's reply when the owner does not hold the lock, after calling gone.
+local function not_held(gone)
+    if gone then
+        gone()
+    end
+    return nil
+end
+
 -- release drops one of owner's holds on the exclusive lock hash key, numbered req on latch,
 -- and calls free at the last hold, after the owner's field is deleted: free frees (or hands
 -- on) the lock and returns the reply, which a repeat must give too (freed). It replies nil
 -- when the owner does not hold the lock, 0 when a hold was dropped and the lock is still
 -- held. The count left is one below the holds the owner knows (holds), whatever Redis
 -- counted, and a partial release keeps the larger of the TTL left and leaseMs: a lease only
--- grows.
-local function release(key, latch, latchPx, owner, holds, req, leaseMs, freed, free)
+-- grows. gone, if not nil, is called when the owner turns out not to hold the lock: a
+-- script that tells waiters of a lock that was gone already (Redisson does) does it there,
+-- not on every run.
+local function release(key, latch, latchPx, owner, holds, req, leaseMs, freed, free, gone)
     local replay = freed
     if holds > 1 then
         replay = 0
@@ -76,7 +86,7 @@ local function release(key, latch, latchPx, owner, holds, req, leaseMs, freed, f
     return numbered(latch, latchPx, req, replay, function()
         if holds > 1 then
             if redis.call('hexists', key, owner) == 0 then
-                return nil
+                return not_held(gone)
             end
             redis.call('hset', key, owner, holds - 1)
             extend(key, leaseMs)
@@ -85,7 +95,7 @@ local function release(key, latch, latchPx, owner, holds, req, leaseMs, freed, f
         -- The last hold. The owner's field is the only holder's (an exclusive lock), so
         -- deleting it tells in the same call whether the owner held the lock at all.
         if redis.call('hdel', key, owner) == 0 then
-            return nil
+            return not_held(gone)
         end
         return free()
     end)

@@ -459,6 +459,35 @@ func TestRWLockReleaseWakesWaiters(t *testing.T) {
 	})
 }
 
+// A write release that finds the lock gone (deleted under the writer) reports the loss and
+// still tells the waiters, as Redisson's does: a waiting reader gets the lock at once, not at
+// its re-check a watchdog timeout later.
+func TestRWLockWriteReleaseOfDeletedLockWakesWaiters(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "rw:gone"
+		c1, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
+		c2, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
+		ctx := testCtx(t, 10*time.Second)
+		w, r := c1.RWLock(name), c2.RWLock(name)
+		must(t, w.Lock(ctx))
+		rctx := testCtx(t, 5*time.Second)
+		read := rwGo(func() error { return r.RLock(rctx) })
+		rwParked(t, c2, name, 1)
+		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
+		sub := rawSubscribe(t, ctx, rdb, rwChannel(name))
+		if err := w.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Unlock of a deleted write lock: %v, want ErrLockLost", err)
+		}
+		if got := sub.published(t, ctx); !slices.Equal(got, []string{"1"}) {
+			t.Fatalf("the write release of a deleted lock published %q, want [1]", got)
+		}
+		must(t, rwResult(t, read, 3*time.Second, "the reader after the write release found the lock gone"))
+		must(t, r.RUnlock(ctx))
+		rwNoKeys(t, rdb, "after every release")
+	})
+}
+
 // A waiting writer keeps new readers out, but not a re-entering reader nor the holder's own
 // downgrade; when it gives up (TryLock's WaitTime runs out, or its ctx ends), its claim goes
 // and the message wakes the readers it held back.

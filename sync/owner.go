@@ -409,13 +409,14 @@ func (c *Client) confirmed(n int64) error {
 // replicas confirmed the run (WithSyncReplicas).
 func replied(err error) bool { return err == nil || errors.Is(err, ErrNotReplicated) }
 
-// unconfirmed gives back a hold that too few replicas confirmed (err), which Redis counts as
-// the owner's holds-th, and returns the error of the acquisition: the owner's own state
-// (count, lease) never saw the hold, so a failover cannot undo anything the caller was told.
+// disown gives back a hold the owner must not keep — too few replicas confirmed it, or the
+// Client closed as it was taken: err says which — which Redis counts as the owner's
+// holds-th, and returns the error of the acquisition: the owner's own state (count, lease)
+// never saw the hold, so a failover cannot undo anything the caller was told.
 // The release is numbered: should its outcome stay unknown, the owner repeats it before its
 // next request; should Redis refuse it, the hold lapses with its lease (not renewed), or the
 // owner's next acquire adopts it. Caller holds op.
-func (o *owner) unconfirmed(ctx context.Context, err error, holds int) error {
+func (o *owner) disown(ctx context.Context, err error, holds int) error {
 	if gerr := o.giveBack(ctx, holds); gerr != nil {
 		return errors.Join(o.wrap(err), fmt.Errorf("dsync: giving it back: %w", gerr))
 	}
@@ -423,7 +424,7 @@ func (o *owner) unconfirmed(ctx context.Context, err error, holds int) error {
 }
 
 // giveBack releases, numbered, the holds-th hold Redis counts of the owner's, which the owner
-// does not count (see unconfirmed). Caller holds op.
+// does not count (see disown). Caller holds op.
 func (o *owner) giveBack(ctx context.Context, holds int) error {
 	latch, n := o.nextRequest()
 	r := o.releaser(holds, latch, n)
@@ -534,9 +535,9 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 	sent := time.Now()
 	r := req()
 	msg, err := o.exec(ctx, r.s, r.keys, r.args)
-	var unconfirmed error // a reply, but too few replicas confirmed the run
+	var disowned error // a reply, but a hold taken goes back: why (see disown)
 	if errors.Is(err, ErrNotReplicated) {
-		unconfirmed, err = err, nil
+		disowned, err = err, nil
 	}
 	if err != nil {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
@@ -562,13 +563,13 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		}
 		taken = true
 	}
-	if taken && unconfirmed == nil && o.c.isClosed() {
+	if taken && disowned == nil && o.c.isClosed() {
 		// Closed before or while the script ran (a wait that a wake-up and Close ended at
-		// once may attempt): nobody would renew or release the hold, so it goes back.
-		unconfirmed = ErrClosed
+		// once may attempt): nobody would renew or release the hold.
+		disowned = ErrClosed
 	}
-	if taken && unconfirmed != nil {
-		return 0, false, o.unconfirmed(ctx, unconfirmed, o.count+1)
+	if taken && disowned != nil {
+		return 0, false, o.disown(ctx, disowned, o.count+1)
 	}
 	if taken {
 		if err := o.took(sent, lease, 0); err != nil {

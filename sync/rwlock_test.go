@@ -471,8 +471,12 @@ func TestRWLockWriteReleaseOfDeletedLockWakesWaiters(t *testing.T) {
 		ctx := testCtx(t, 10*time.Second)
 		w, r := c1.RWLock(name), c2.RWLock(name)
 		must(t, w.Lock(ctx))
+		attempts := fairCountAttempts(c2)
 		rctx := testCtx(t, 5*time.Second)
 		read := rwGo(func() error { return r.RLock(rctx) })
+		// Both its attempts made (the second when its subscription is confirmed): a later one
+		// would take the deleted lock before the release below could find it gone.
+		fairAwaitSettled(t, attempts)
 		rwParked(t, c2, name, 1)
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 		sub := rawSubscribe(t, ctx, rdb, rwChannel(name))

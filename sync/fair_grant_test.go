@@ -86,7 +86,7 @@ func TestFairGrantWithoutAttempt(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
-		holder := hc.FairLock(name)
+		holder := hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestFairGrantWithoutAttempt(t *testing.T) {
 		var owners []string
 		for i := range ws {
 			c, _ := newClient(t, b.Addr)
-			w := &waiter{l: c.FairLock(name), attempts: fairCountAttempts(c), lease: time.Duration(40+i) * time.Second}
+			w := &waiter{l: c.FairLock(name, Reentrant()), attempts: fairCountAttempts(c), lease: time.Duration(40+i) * time.Second}
 			w.done = fairStartLockOpts(ctx, w.l, Lease(w.lease))
 			owners = append(owners, w.l.Owner())
 			fairAwaitQueue(t, admin, name, owners...)
@@ -183,7 +183,7 @@ func TestFairGrantJavaHeadGetsZero(t *testing.T) {
 		hc, _ := newClient(t, b.Addr)
 		wc, _ := newClient(t, b.Addr)
 		wn := fairCountAttempts(wc)
-		holder, w := hc.FairLock(name), wc.FairLock(name)
+		holder, w := hc.FairLock(name, Reentrant()), wc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +263,7 @@ func TestFairGrantUnlearnedTakenByLeave(t *testing.T) {
 		wc, _ := newClient(t, b.Addr)
 		nc, _ := newClient(t, b.Addr)
 		wn, nn := fairCountAttempts(wc), fairCountAttempts(nc)
-		w, next := wc.FairLock(name), nc.FairLock(name)
+		w, next := wc.FairLock(name, Reentrant()), nc.FairLock(name, Reentrant())
 		wCtx, cancelW := context.WithCancel(ctx)
 		defer cancelW()
 		wDone := fairStartLock(wCtx, w)
@@ -335,7 +335,7 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
-		holder := hc.FairLock(name)
+		holder := hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -346,7 +346,7 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		for range 2 {
 			p := redistest.NewProxy(t, b.Addr)
 			c, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
-			l := c.FairLock(name)
+			l := c.FairLock(name, Reentrant())
 			fairStartLockOpts(deadCtx, l, Lease(wait)) // never returns a result we read
 			dead = append(dead, l)
 			proxies = append(proxies, p)
@@ -354,7 +354,7 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 			subs = append(subs, rawSubscribe(t, ctx, admin, fairOwnChannel(l)))
 		}
 		lc, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
-		live := lc.FairLock(name)
+		live := lc.FairLock(name, Reentrant())
 		liveCtx := testCtx(t, 10*time.Second)
 		liveDone := fairStartLock(liveCtx, live)
 		want := append(fairOwners(dead), live.Owner())
@@ -428,7 +428,7 @@ func TestFairGrantDeadlineFormula(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
-		holder := hc.FairLock(name)
+		holder := hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -436,7 +436,7 @@ func TestFairGrantDeadlineFormula(t *testing.T) {
 		start := func() *FairLock {
 			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
 			n := fairCountAttempts(c)
-			l := c.FairLock(name)
+			l := c.FairLock(name, Reentrant())
 			fairStartLock(ctx, l)
 			queue = append(queue, l.Owner())
 			fairAwaitQueue(t, admin, name, queue...)
@@ -475,7 +475,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
-		holder := hc.FairLock(name)
+		holder := hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +483,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 		// stale-drop does (LPOP / ZREM): its lease entry stays.
 		p := redistest.NewProxy(t, b.Addr)
 		gc, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
-		ghost := gc.FairLock(name)
+		ghost := gc.FairLock(name, Reentrant())
 		fairStartLock(testCtx(t, 20*time.Second), ghost)
 		fairAwaitQueue(t, admin, name, ghost.Owner())
 		p.Blackhole(true)
@@ -497,7 +497,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 
 		fairRawPlace(t, admin, name, fairJavaOwner, time.Now().Add(10*time.Minute).UnixMilli())
 		c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
-		w := c.FairLock(name)
+		w := c.FairLock(name, Reentrant())
 		done := fairStartLock(ctx, w)
 		fairAwaitQueue(t, admin, name, fairJavaOwner, w.Owner())
 		d, _ := fairDeadline(t, admin, name, w.Owner())
@@ -539,7 +539,7 @@ func TestFairGrantLoopingWaiterSubscribesOnce(t *testing.T) {
 	wc, _ := newClient(t, b.Addr)
 	wn := fairCountAttempts(wc)
 	hc, _ := newClient(t, b.Addr)
-	w, h := wc.FairLock(name), hc.FairLock(name)
+	w, h := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 	must(t, admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error())
 	for i := range waits {
 		// The other handle takes the free lock with TryLock, which never waits and so never
@@ -616,7 +616,7 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 		wc, _ := newClient(t, gate.addr())
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr)
-		w, holder, other := wc.FairLock(name), hc.FairLock(name), hc.FairLock(name)
+		w, holder, other := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -684,7 +684,7 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 		admin := b.Client(t)
 		wc, _ := newClient(t, b.Addr)
 		hc, _ := newClient(t, b.Addr)
-		w, holder := wc.FairLock(name), hc.FairLock(name)
+		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 		cancelled, rounds := 0, 0
 		for end := time.Now().Add(time.Second); rounds < maxRounds && time.Now().Before(end); rounds++ {
 			i := rounds
@@ -750,7 +750,7 @@ func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 		hc, _ := newClient(t, b.Addr)
 		xc, _ := newClient(t, b.Addr)
 		xn := fairCountAttempts(xc)
-		w, holder, x := wc.FairLock(name), hc.FairLock(name), xc.FairLock(name)
+		w, holder, x := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -816,7 +816,7 @@ func TestFairGrantLeaveSkipsLapsedHead(t *testing.T) {
 		wc, _ := newClient(t, b.Addr)
 		xc, _ := newClient(t, b.Addr)
 		wn, xn := fairCountAttempts(wc), fairCountAttempts(xc)
-		w, x := wc.FairLock(name), xc.FairLock(name)
+		w, x := wc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
 		wCtx, cancelW := context.WithCancel(ctx)
 		defer cancelW()
 		wDone := fairStartLock(wCtx, w)

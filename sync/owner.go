@@ -180,7 +180,7 @@ func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []s
 // a primitive without holds (a semaphore, a countdown latch) makes each state change safe
 // to repeat. The owner has no request of unknown outcome (pool.request lends none). When
 // this one's outcome stays unknown it is kept in o.unsettled, to be repeated (see
-// pool.settle) with the arguments cancel makes of its own, if cancel is not nil. When too
+// settleLater) with the arguments cancel makes of its own, if cancel is not nil. When too
 // few replicas confirmed it (WithSyncReplicas), it is withdrawn so at once, and the error
 // wraps ErrNotReplicated; a withdrawal that gets no reply, or is refused, stays unsettled
 // and is repeated too. A release (ctx without cancellation) is repeated within the retry
@@ -229,7 +229,7 @@ func (p *pool) init(c *Client, name string) {
 }
 
 // request is owner.request on an idle owner. A request whose outcome stays unknown is
-// settled in the background (settle), and its owner comes back only then.
+// settled in the background (settleLater), and its owner comes back only then.
 func (p *pool) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
 	p.mu.Lock()
 	var o *owner
@@ -240,11 +240,7 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 	}
 	p.mu.Unlock()
 	msg, err := o.request(ctx, req, cancel)
-	if o.unsettled != nil {
-		go p.settle(o)
-	} else {
-		p.put(o)
-	}
+	p.c.giveBack(o, p.put)
 	return msg, err
 }
 
@@ -266,46 +262,6 @@ func (p *pool) put(o *owner) {
 	p.mu.Lock()
 	p.idle = append(p.idle, o)
 	p.mu.Unlock()
-}
-
-// settle repeats o's request of unknown outcome, with backoff, until Redis answers: a
-// semaphore's or latch's request has no holder whose next call could settle it, and that
-// call may never come, or come after the request's mark expired and act twice. It gives up
-// when the Client closes, and before the mark may expire: the outcome then stays unknown
-// for good, which it logs.
-func (p *pool) settle(o *owner) {
-	c := o.c
-	ctx, cancel := context.WithDeadline(context.Background(), o.unsettled.sent.Add(unlockLatch-settleMargin))
-	defer cancel()
-	_ = o.lock(ctx) // free: no one else has o
-	if c.isClosed() {
-		// Closed before the lock was taken: the janitor may have deleted o's latch, and a
-		// repeat would find no mark.
-		c.log.Warn("a request's outcome stays unknown: the Client closed", zap.String("name", o.name))
-		o.unlock()
-		return
-	}
-	backoff := retryBackoff
-	for {
-		err := o.settle(ctx)
-		if err == nil {
-			o.unlock()
-			p.put(o)
-			return
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		case <-c.closed:
-		}
-		if ctx.Err() != nil || c.isClosed() {
-			c.log.Warn("a request's outcome stays unknown; it is no longer repeated",
-				zap.String("name", o.name), zap.Error(err))
-			o.unlock()
-			return
-		}
-		backoff = min(backoff*2, maxBackoff)
-	}
 }
 
 // settle repeats a request whose outcome is unknown (retried within the budget and ctx). Until

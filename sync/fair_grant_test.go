@@ -20,7 +20,7 @@ import (
 
 // Tests of the fair lock's grant: a release (force release, leave of a free lock) writes the
 // head latchkey waiter's hold with the lease it recorded in {name}:fair_leases and tells it
-// "2" on its own channel; a Java head (no lease entry) is told "0" and attempts itself.
+// its latest attempt's token on its own channel; a Java head (no lease entry) is told "0" and attempts itself.
 
 const fairJavaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 
@@ -376,6 +376,10 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		if q := fairQueue(t, admin, name); !slices.Equal(q, want) {
 			t.Fatalf("queue %v right before the release, want %v", q, want)
 		}
+		// The grant's message is the token of the first dead waiter's latest attempt, which its
+		// lease entry carries.
+		entry, _ := hgetField(t, admin, suffixName(name, "fair_leases"), dead[0].Owner())
+		_, token, _ := strings.Cut(entry, ":")
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -383,8 +387,8 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		if unlocked.UnixMilli() >= lapse {
 			t.Fatalf("the release ended %d ms after the first dead place lapsed: the test did not produce dead waiters queued ahead", unlocked.UnixMilli()-lapse+1)
 		}
-		if got := subs[0].published(t, ctx); !slices.Equal(got, []string{"2"}) {
-			t.Fatalf("the first dead waiter's channel got %q, want [\"2\"]: the release must grant it the lock", got)
+		if got := subs[0].published(t, ctx); !slices.Equal(got, []string{token}) || token == "" {
+			t.Fatalf("the first dead waiter's channel got %q, want [%q]: the release must grant it the lock", got, token)
 		}
 		subs[1].quiet(t, ctx, "the second dead waiter's channel")
 
@@ -952,4 +956,49 @@ func (p *gateProxy) serverToClient(server, client net.Conn) {
 			return
 		}
 	}
+}
+
+// A grant counts only for the attempt it answered: a waiter granted the lock while it was
+// paused, whose grant lapsed and went to another meanwhile, attempts again as it resumes
+// (re-queued) before it reads the old grant's message; that message must not be taken for a
+// grant of the new attempt (Lock returned nil while another held the lock). The proxy holds
+// the message back, and a wake-up with no message makes the attempt come first.
+func TestFairGrantOfAnEarlierAttemptIsStale(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name, lease = "fair:stale-attempt", time.Second
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		gate := newGateProxy(t, b.Addr)
+		wc, _ := newClient(t, gate.addr())
+		wn := fairCountAttempts(wc)
+		hc, _ := newClient(t, b.Addr)
+		w, holder, other := wc.FairLock(name, Reentrant()), hc.FairLock(name), hc.FairLock(name)
+		must(t, holder.Lock(ctx))
+		waited := fairStartLockOpts(ctx, w, Lease(lease))
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+
+		gate.arm([]byte(fairOwnChannel(w)))
+		must(t, holder.Unlock(ctx)) // grants w, for a lease; the message is held back
+		eventually(t, 5*time.Second, "the grant message held back", gate.holding)
+		eventually(t, 5*time.Second, "the grant lapsed", func() bool { return !exists(t, admin, name) })
+		must(t, other.Lock(ctx)) // the lapsed grant's lock goes to another
+		attempts := wn.Load()
+		wc.mux.WakeAll() // w resumes: it attempts, and is queued again behind the holder
+		fairAwaitQueue(t, admin, name, w.Owner())
+		eventually(t, 5*time.Second, "w's attempt", func() bool { return wn.Load() > attempts })
+		gate.open() // the old grant's message arrives now
+
+		select {
+		case err := <-waited:
+			t.Fatalf("w's Lock returned %v (Valid %v) while %s holds the lock: it took a stale grant", err, w.Valid(), other.Owner())
+		case <-time.After(time.Second): // bounded: showing that it does NOT return
+		}
+		must(t, other.Unlock(ctx)) // now w is granted the lock for real
+		if err := fairAwait(t, waited, 5*time.Second, "w after the holder's release"); err != nil {
+			t.Fatal(err)
+		}
+		must(t, w.Unlock(ctx))
+	})
 }

@@ -332,11 +332,16 @@ func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.D
 	a := &lockAttempt{l: l, o: o, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
 	w := wait{channel: l.wakeCh(o), policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	if l.fair != nil {
-		// The waiter's own channel: a release may grant it the lock (its token) rather than
-		// tell it to attempt (0).
-		a.token = o.c.newToken()
-		w.policy, w.grant = pubsub.AllPolicy, a.token
-		w.granted = func() (bool, error, bool) { return o.takeGrant(lease, a.requests) }
+		// The waiter's own channel: a release may grant it the lock (the token of its latest
+		// attempt) rather than tell it to attempt (0). A grant for an earlier attempt is
+		// stale: the lock it gave may have lapsed, and gone to another, since.
+		w.policy = pubsub.AllPolicy
+		w.granted = func(msg string) (bool, error, bool) {
+			if msg != a.token {
+				return false, nil, false
+			}
+			return o.takeGrant(lease, a.requests)
+		}
 	} else {
 		w.also = func() string {
 			if a.out.foreign {
@@ -393,7 +398,7 @@ type lockAttempt struct {
 	o        *owner
 	lease    time.Duration
 	leaseMs  string
-	token    string // a fair lock's: the message with which a release grants this wait the lock
+	token    string // a fair lock's: the message with which a release grants its latest attempt the lock
 	requests uint64 // the owner's request count at this wait's latest attempt
 	// out.foreign: a plain lock's attempt found a holder that is not a latchkey Client;
 	// out.token: a fenced lock's token, once taken.
@@ -414,6 +419,7 @@ func (l *exclusive) attempt(ctx context.Context, o *owner, lease time.Duration, 
 			token := "0"
 			if w != nil {
 				w.requests = o.requests + 1 // this one
+				w.token = o.c.newToken()
 				token = w.token
 			}
 			return script{lua.FairAcquire, l.keys(),

@@ -697,9 +697,26 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 		o.lease.Store(l)
 	}
 	if !o.valid() {
-		return o.lost("the lease ran out before the acquire returned")
+		first := o.count == 1
+		err := o.lost("the lease ran out before the acquire returned")
+		if first {
+			o.giveBackLater()
+		}
+		return err
 	}
 	return nil
+}
+
+// giveBackLater queues the release of a new hold the owner does not report — its lease,
+// timed from the first run of the acquire, ran out before the acquire returned — as a
+// request of unknown outcome: Redis may have the hold still, with the TTL of a later run
+// (an acquire repeated across an outage), and nobody to release it. It goes out before the
+// owner's next request, or in the background for an owner lent to an acquisition (see
+// Client.giveBack). Caller holds op.
+func (o *owner) giveBackLater() {
+	latch, n := o.nextRequest()
+	r := o.releaser(1, latch, n)
+	o.unsettled = &request{script: r.s, keys: r.keys, args: r.args, sent: time.Now()}
 }
 
 // lost records that the owner's hold is gone from Redis: Lost closes, and the error to

@@ -222,6 +222,9 @@ func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func
 	if err := o.check(ctx); err != nil {
 		return cfg, err
 	}
+	if o.c.shutting.Load() {
+		return cfg, ErrClosed // Shutdown gives back what is held: nothing new may be taken
+	}
 	return cfg, cfg.check()
 }
 

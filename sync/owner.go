@@ -601,7 +601,7 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 	case unknown:
 		// The hold counts as given up: a last one is no longer renewed or timed (Redis frees
 		// it by its lease at the latest), and the handle holds nothing it could call valid.
-		o.count = max(o.count-1, 0)
+		o.setCount(max(o.count-1, 0))
 		return err
 	case err != nil:
 		// Refused: nothing ran, and the handle still holds the lock; a last hold is no
@@ -616,12 +616,12 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 		}
 		return o.lost("the release found the lock gone")
 	case inner:
-		o.count--
+		o.setCount(o.count - 1)
 		if unconfirmed == nil { // unconfirmed, the TTL it set is not one a failover keeps
 			lease.Hold(sent, o.ttl(), false)
 		}
 	default:
-		o.count = 0
+		o.setCount(0)
 	}
 	if lostBefore {
 		// Released, but the lease had been lost before: the critical section was not
@@ -679,7 +679,7 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 	if o.count == 0 {
 		o.run = run
 	}
-	o.count++
+	o.setCount(o.count + 1)
 	o.leaseD = lease
 	keep := lease == 0
 	// A lease not lost is reused from hold to hold: its Lost channel is still open, and a
@@ -722,7 +722,7 @@ func (o *owner) giveBackLater() {
 // lost records that the owner's hold is gone from Redis: Lost closes, and the error to
 // return says so. Caller holds op.
 func (o *owner) lost(reason string) error {
-	o.count = 0
+	o.setCount(0)
 	if l := o.lease.Load(); l != nil {
 		l.Lose(reason)
 	}

@@ -106,6 +106,7 @@ func (p *Permits) Release(ctx context.Context) error {
 		p.released.Store(false)
 		return err
 	}
+	p.s.p.c.permitsHeld.remove(p)
 	if replied(err) && live >= 0 && live < len(p.ids) {
 		reason := fmt.Sprintf("%d of %d permits had expired", len(p.ids)-live, len(p.ids))
 		p.lease.Lose(reason)
@@ -202,8 +203,12 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 	p := &Permits{s: s, ids: ids, lease: c.wd.Start(c.permitKind, s.p.name, strings.Join(ids, ""), sent, ttl, lease == 0)}
 	if !p.Valid() {
 		p.lease.Lose("the lease ran out before the acquire returned")
+		// A repeat of the acquire may have set a lease later than the one timed here: the
+		// permits go back rather than wait for it (the release settles in the background).
+		go func() { _, _ = s.release(context.WithoutCancel(ctx), ids) }()
 		return nil, false, fmt.Errorf("%w: %q: the permits' lease ran out before the acquire returned", ErrLockLost, s.p.name)
 	}
+	c.permitsHeld.add(p)
 	return p, true, nil
 }
 

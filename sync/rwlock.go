@@ -340,18 +340,22 @@ func (l *RWLock) RLost() <-chan struct{} {
 	return l.reads.lost()
 }
 
-// valid reports whether the handle's newest read (or write) hold is live now (see Lock.Valid).
-func (l *RWLock) valid(write bool) bool {
-	if l.reentrant {
-		if write {
-			return l.w.valid()
-		}
-		return l.r.valid()
+// holder is the owner of the handle's newest write (or read) hold — a Reentrant handle's own
+// — or, when a mutex handle has none, the handle's own owner, which holds nothing.
+func (l *RWLock) holder(write bool) *owner {
+	held := &l.reads
+	if write {
+		held = &l.writes
+	}
+	p, ok := held.newest()
+	if l.reentrant || !ok {
+		p = &l.rwPair
 	}
 	if write {
-		p, ok := l.writes.newest()
-		return ok && p.w.valid()
+		return &p.w
 	}
-	p, ok := l.reads.newest()
-	return ok && p.r.valid()
+	return &p.r
 }
+
+// valid reports whether the handle's newest read (or write) hold is live now (see Lock.Valid).
+func (l *RWLock) valid(write bool) bool { return l.holder(write).valid() }

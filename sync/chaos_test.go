@@ -24,9 +24,24 @@ import (
 //
 // A second holder while the first one's lease deadline (Lock.Deadline) is still ahead is a
 // bug, as is an Unlock reporting "not held" to a handle whose lease was not lost, a Lock that
-// waits out its 20 s, or a lock still held once everyone is done.
+// waits out its 20 s, or a lock still held once everyone is done. It runs twice: each worker
+// with Reentrant handles of its own (which re-enter), and every worker of a Client sharing
+// one handle per lock, as goroutines share a sync.Mutex.
 func TestChaosExclusionUnderLostReplies(t *testing.T) {
 	t.Parallel()
+	for _, shared := range []bool{false, true} {
+		mode := "reentrant handles"
+		if shared {
+			mode = "shared handles"
+		}
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			chaosExclusion(t, shared)
+		})
+	}
+}
+
+func chaosExclusion(t *testing.T, shared bool) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, workers, locks = 3, 4, 2
 		const chaos = 1500 * time.Millisecond
@@ -42,13 +57,19 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 		for k := range names {
 			names[k] = fmt.Sprintf("chaos:%d", k)
 		}
+		sharedHandles := make([][]*Lock, clients) // a Client's one handle per lock
+		for ci := range sharedHandles {
+			for _, name := range names {
+				sharedHandles[ci] = append(sharedHandles[ci], cs[ci].Lock(name))
+			}
+		}
 
 		// Who is inside each lock's critical section, and that holder's handle and Lost
 		// channel.
 		type holder struct {
-			who  string
-			h    *Lock
-			lost <-chan struct{}
+			who      string
+			deadline func() (time.Time, bool)
+			lost     <-chan struct{}
 		}
 		var mu gosync.Mutex
 		inside := make([]*holder, locks)
@@ -106,9 +127,12 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 				wg.Go(func() {
 					who := fmt.Sprintf("client %d worker %d", ci, w)
 					rng := rand.New(rand.NewPCG(uint64(ci), uint64(w)))
-					handles := make([]*Lock, locks)
-					for k := range handles {
-						handles[k] = cs[ci].Lock(names[k], Reentrant())
+					handles := sharedHandles[ci]
+					if !shared {
+						handles = make([]*Lock, locks)
+						for k := range handles {
+							handles[k] = cs[ci].Lock(names[k], Reentrant())
+						}
 					}
 					for n := 0; ; n++ {
 						select {
@@ -139,17 +163,24 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 						// still ahead (beyond miniredis' clock ticks) means the handle believed
 						// in more than Redis had.
 						if cur := inside[k]; cur != nil && !isClosed(cur.lost) {
-							if d, ok := cur.h.Deadline(); ok && d.After(now.Add(expirySlack(b))) {
+							if d, ok := cur.deadline(); ok && d.After(now.Add(expirySlack(b))) {
 								violations = append(violations, fmt.Sprintf("%s took %s while %s held it, its lease %v from running out",
 									who, names[k], cur.who, d.Sub(now)))
 							}
 						}
-						me := &holder{who: who, h: h, lost: lost}
+						me := &holder{who: who, deadline: h.Deadline, lost: lost}
+						if shared {
+							// The handle's Deadline is its newest hold's, which may soon be
+							// another worker's: this hold's is fixed now (kept by the
+							// watchdog, it is a watchdog timeout ahead).
+							d, ok := h.Deadline()
+							me.deadline = func() (time.Time, bool) { return d, ok }
+						}
 						inside[k] = me
 						mu.Unlock()
 						acquired.Add(1)
 
-						if rng.IntN(4) == 0 { // re-enter, then drop the inner hold
+						if !shared && rng.IntN(4) == 0 { // re-enter, then drop the inner hold
 							var opts []LockOption
 							if rng.IntN(2) == 0 {
 								// A short explicit lease: leases only grow, so the lock's TTL

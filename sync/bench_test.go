@@ -3,8 +3,10 @@ package sync
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
 )
@@ -70,4 +72,59 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRenewalRound300Locks holds 300 locks with distinct names on one server and
+// measures the watchdog's rounds: renewal scripts per round, and Redis CPU per round (from
+// INFO's used_cpu_sys and used_cpu_user). An iteration is one round.
+func BenchmarkRenewalRound300Locks(b *testing.B) {
+	srv := redistest.Redis(b)
+	admin := srv.Client(b)
+	c, err := New(srv.Client(b), WithWatchdogTimeout(300*time.Millisecond)) // a round every 100 ms
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	for i := range 300 {
+		if err := c.Lock("renew:" + strconv.Itoa(i)).Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu := func() float64 {
+		info, err := admin.Do(ctx, admin.B().Info().Section("cpu").Build()).ToString()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var total float64
+		for _, line := range strings.Split(info, "\r\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+		return total
+	}
+	if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := cpu()
+	b.ResetTimer()
+	time.Sleep(time.Duration(b.N) * 100 * time.Millisecond) // b.N rounds
+	b.StopTimer()
+	cpu1 := cpu()
+	stats, err := admin.Do(ctx, admin.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	scripts := 0
+	for _, line := range strings.Split(stats, "\r\n") {
+		if strings.HasPrefix(line, "cmdstat_eval:") || strings.HasPrefix(line, "cmdstat_evalsha:") {
+			_, rest, _ := strings.Cut(line, "calls=")
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			scripts += n
+		}
+	}
+	b.ReportMetric(float64(scripts)/float64(b.N), "scripts/round")
+	b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-µs/round")
 }

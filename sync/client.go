@@ -327,7 +327,8 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewer(lua.LockRenew, func(b watchdog.Batch) []string { return b.Keys }, false)}
 	c.readKind = &watchdog.Kind{Name: "read lock", Renew: c.renewer(lua.ReadRenew, readKeys, false)}
 	c.permitKind = &watchdog.Kind{Name: "permits", Renew: c.renewer(lua.PermitRenew, permitKeys, true)}
-	wd, err := watchdog.New(watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log})
+	wd, err := watchdog.New(watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log,
+		Cluster: rdb.Mode() == rueidis.ClientModeCluster})
 	if err != nil {
 		return nil, err
 	}

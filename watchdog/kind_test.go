@@ -17,7 +17,7 @@ func TestKinds(t *testing.T) {
 	const timeout = 150 * time.Millisecond
 	fa, fb := newFake(nil), newFake(nil)
 	ka, kb := fa.kind("plain"), fb.kind("read")
-	w := newWatchdog(t, Options{Timeout: timeout})
+	w := newWatchdog(t, Options{Timeout: timeout, Cluster: true})
 	sent := time.Now() // all due together, every round
 	owners := map[string]string{}
 	kinds := map[string]*Kind{}

@@ -1,7 +1,7 @@
 // Package watchdog keeps the leases of held locks alive and says at once when one is lost.
 //
 // One Watchdog runs one goroutine for any number of leases. A kept lease is renewed every
-// Timeout/3 by batched scripts (at most BatchSize locks each, never mixing hash slots, all
+// Timeout/3 by batched scripts (at most BatchSize locks each, on a Cluster never mixing hash slots, all
 // batches of a round pipelined); a renewal that finds the lock gone closes the lease's Lost
 // channel at once, and a renewal that fails is retried until the lease's deadline, when the
 // lease is reported lost. A watched lease (a lock taken with an explicit lease) is never
@@ -54,6 +54,10 @@ type Options struct {
 	BatchSize int
 	// Logger receives lost leases and failed renewals; nil means no logging.
 	Logger *zap.Logger
+	// Cluster says the keys live on a Redis Cluster, where one script's keys must share a
+	// hash slot: batches are then made per slot. Elsewhere a round is BatchSize leases a
+	// script, whatever their slots.
+	Cluster bool
 }
 
 // Watchdog renews kept leases and times watched ones. It is safe for concurrent use.
@@ -62,6 +66,7 @@ type Watchdog struct {
 	interval time.Duration
 	retry    time.Duration // the first retry after a failed renewal; it doubles up to interval
 	batch    int
+	cluster  bool // batches per hash slot
 	log      *zap.Logger
 
 	mu       sync.Mutex
@@ -136,6 +141,7 @@ func New(opts Options) (*Watchdog, error) {
 		// and backs off so that a long one costs little.
 		retry:   min(interval, max(opts.Timeout/30, 5*time.Millisecond)),
 		batch:   batch,
+		cluster: opts.Cluster,
 		log:     log,
 		leases:  make(map[*Lease]struct{}),
 		kick:    make(chan struct{}, 1),
@@ -156,8 +162,10 @@ func (w *Watchdog) Timeout() time.Duration { return w.timeout }
 // acquisition is reported to the caller, so that no window exists in which the lock is held
 // but not kept.
 func (w *Watchdog) Start(kind *Kind, key, owner string, sent time.Time, ttl time.Duration, keep bool) *Lease {
-	l := &Lease{w: w, kind: kind, key: key, owner: owner, slot: keyslot.Of(key), lost: make(chan struct{}),
-		ended: make(chan struct{})}
+	l := &Lease{w: w, kind: kind, key: key, owner: owner, lost: make(chan struct{}), ended: make(chan struct{})}
+	if w.cluster {
+		l.slot = keyslot.Of(key)
+	}
 	l.Restart(sent, ttl, keep)
 	return l
 }
@@ -431,8 +439,8 @@ type renewal struct {
 }
 
 // startRound sends one round of renewals on its own goroutine, so that deadlines keep being
-// timed while Redis is slow. Leases are grouped by kind and hash slot into batches of at most
-// BatchSize; each kind's batches go to one call of its Renew, which pipelines them. At most
+// timed while Redis is slow. Leases are grouped by kind (and on a Cluster by hash slot) into
+// batches of at most BatchSize; each kind's batches go to one call of its Renew, which pipelines them. At most
 // one round is in flight.
 func (w *Watchdog) startRound(now time.Time, due []*Lease) {
 	w.inflight = true

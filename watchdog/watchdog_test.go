@@ -505,6 +505,8 @@ func TestWatch(t *testing.T) {
 	}
 }
 
+// On a Cluster a renewal script's keys share a hash slot: batches are per slot, as full as
+// the cap allows.
 func TestBatching(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -517,7 +519,7 @@ func TestBatching(t *testing.T) {
 			t.Parallel()
 			f := newFake(nil)
 			const timeout = 600 * time.Millisecond
-			w := newWatchdog(t, Options{Timeout: timeout, BatchSize: tc.batchSize})
+			w := newWatchdog(t, Options{Timeout: timeout, BatchSize: tc.batchSize, Cluster: true})
 			owners := make(map[string]string)
 			add := func(key string) {
 				owners[key] = "owner-of-" + key
@@ -860,5 +862,27 @@ func TestDeadlineAndLose(t *testing.T) {
 	}
 	if !isClosed(l.Lost()) {
 		t.Fatal("Lost reopened")
+	}
+}
+
+// Off a Cluster, leases of distinct names share batches: 300 locks on one server are three
+// renewal scripts a round, not one per slot.
+func TestBatchingWithoutCluster(t *testing.T) {
+	t.Parallel()
+	f := newFake(nil)
+	w := newWatchdog(t, Options{Timeout: 600 * time.Millisecond})
+	k := f.kind("plain")
+	sent := time.Now()
+	for i := range 300 {
+		key := "distinct:" + strconv.Itoa(i)
+		keep(w, k, key, "owner-of-"+key, sent)
+	}
+	cs := f.waitCalls(t, "a renewal round", func(cs []call) bool { return len(cs) > 0 })
+	renewed := 0
+	for _, b := range cs[0].batches {
+		renewed += len(b.Keys)
+	}
+	if len(cs[0].batches) != 3 || renewed != 300 {
+		t.Fatalf("the first round renewed %d leases in %d scripts, want 300 in 3", renewed, len(cs[0].batches))
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	gosync "sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,68 +13,14 @@ import (
 )
 
 // The classic oversell: buyers on 4 service instances race for a stock of 100 through a
-// non-atomic GET → decide → SET. Under the lock exactly the stock is sold, never more, and
-// never two buyers inside at once.
+// non-atomic GET → decide → SET, each with a handle of its own. Under the lock exactly the
+// stock is sold, never more, and never two buyers inside at once.
 func TestStockNeverOversold(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const instances, buyers, stock = 4, 50, 100
-		ctx := testCtx(t, 60*time.Second)
-		admin := b.Client(t)
-		if err := admin.Do(ctx, admin.B().Set().Key("stock").Value(strconv.Itoa(stock)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		var sold, inside, maxInside atomic.Int64
-		var wg gosync.WaitGroup
-		errs := make(chan error, instances*buyers)
-		for i := 0; i < instances; i++ {
-			c, rdb := newClient(t, b.Addr)
-			for j := 0; j < buyers; j++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					mu := c.Lock("stock:lock")
-					if err := mu.Lock(ctx); err != nil {
-						errs <- err
-						return
-					}
-					n := inside.Add(1)
-					for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
-					}
-					left, err := rdb.Do(ctx, rdb.B().Get().Key("stock").Build()).AsInt64()
-					if err == nil && left > 0 {
-						err = rdb.Do(ctx, rdb.B().Set().Key("stock").Value(strconv.FormatInt(left-1, 10)).Build()).Error()
-						if err == nil {
-							sold.Add(1)
-						}
-					}
-					inside.Add(-1)
-					if err != nil {
-						errs <- err
-					}
-					if err := mu.Unlock(ctx); err != nil {
-						errs <- err
-					}
-				}()
-			}
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		if sold.Load() != stock {
-			t.Fatalf("sold %d, want exactly %d", sold.Load(), stock)
-		}
-		if left := mustInt(t, admin.Do(ctx, admin.B().Get().Key("stock").Build())); left != 0 {
-			t.Fatalf("stock left %d, want 0", left)
-		}
-		if maxInside.Load() != 1 {
-			t.Fatalf("%d buyers inside the lock at once", maxInside.Load())
-		}
-		if exists(t, admin, "stock:lock") {
-			t.Fatal("lock key still exists after every buyer unlocked")
-		}
+		sellStock(t, b, "stock:lock", 4, 50, func(c *Client) func() mutex {
+			return func() mutex { return mutexKinds[0].make(c, "stock:lock") }
+		})
 	})
 }
 

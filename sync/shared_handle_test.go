@@ -49,56 +49,71 @@ func TestSharedHandleNeverOversells(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-				const clients, buyers, stock = 3, 50, 100
-				ctx := testCtx(t, 60*time.Second)
-				admin := b.Client(t)
-				name, key := "shared:"+kind.name, "stock:"+kind.name
-				must(t, admin.Do(ctx, admin.B().Set().Key(key).Value(strconv.Itoa(stock)).Build()).Error())
-				var sold, inside, maxInside atomic.Int64
-				var wg gosync.WaitGroup
-				errs := make(chan error, clients*buyers*2)
-				for range clients {
-					c, rdb := newClient(t, b.Addr)
-					mu := kind.make(c, name) // one handle for every buyer of the Client
-					for range buyers {
-						wg.Go(func() {
-							if err := mu.lock(ctx); err != nil {
-								errs <- err
-								return
-							}
-							n := inside.Add(1)
-							for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
-							}
-							left, err := rdb.Do(ctx, rdb.B().Get().Key(key).Build()).AsInt64()
-							if err == nil && left > 0 {
-								err = rdb.Do(ctx, rdb.B().Set().Key(key).Value(strconv.FormatInt(left-1, 10)).Build()).Error()
-								if err == nil {
-									sold.Add(1)
-								}
-							}
-							inside.Add(-1)
-							if err != nil {
-								errs <- err
-							}
-							if err := mu.unlock(ctx); err != nil {
-								errs <- err
-							}
-						})
-					}
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Fatal(err)
-				}
-				if sold.Load() != stock || maxInside.Load() != 1 {
-					t.Fatalf("sold %d with up to %d buyers inside at once; want exactly %d, one at a time", sold.Load(), maxInside.Load(), stock)
-				}
-				if exists(t, admin, name) {
-					t.Fatal("the lock is still held after every buyer unlocked")
-				}
+				sellStock(t, b, "shared:"+kind.name, 3, 50, func(c *Client) func() mutex {
+					mu := kind.make(c, "shared:"+kind.name) // one handle for every buyer of the Client
+					return func() mutex { return mu }
+				})
 			})
 		})
+	}
+}
+
+// sellStock races buyers on clients instances for a stock of 100 through a non-atomic
+// GET → decide → SET under the lock called name, each buyer locking the mutex that the
+// instance's handles gives it, and checks that exactly the stock is sold, never by two
+// buyers inside at once, and that the lock is free at the end.
+func sellStock(t *testing.T, b *redistest.Backend, name string, clients, buyers int, handles func(*Client) func() mutex) {
+	const stock = 100
+	ctx := testCtx(t, 60*time.Second)
+	admin := b.Client(t)
+	key := "stock:" + name
+	must(t, admin.Do(ctx, admin.B().Set().Key(key).Value(strconv.Itoa(stock)).Build()).Error())
+	var sold, inside, maxInside atomic.Int64
+	var wg gosync.WaitGroup
+	errs := make(chan error, clients*buyers*2)
+	for range clients {
+		c, rdb := newClient(t, b.Addr)
+		next := handles(c)
+		for range buyers {
+			mu := next()
+			wg.Go(func() {
+				if err := mu.lock(ctx); err != nil {
+					errs <- err
+					return
+				}
+				n := inside.Add(1)
+				for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
+				}
+				left, err := rdb.Do(ctx, rdb.B().Get().Key(key).Build()).AsInt64()
+				if err == nil && left > 0 {
+					err = rdb.Do(ctx, rdb.B().Set().Key(key).Value(strconv.FormatInt(left-1, 10)).Build()).Error()
+					if err == nil {
+						sold.Add(1)
+					}
+				}
+				inside.Add(-1)
+				if err != nil {
+					errs <- err
+				}
+				if err := mu.unlock(ctx); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if sold.Load() != stock || maxInside.Load() != 1 {
+		t.Fatalf("sold %d with up to %d buyers inside at once; want exactly %d, one at a time", sold.Load(), maxInside.Load(), stock)
+	}
+	if left := mustInt(t, admin.Do(ctx, admin.B().Get().Key(key).Build())); left != 0 {
+		t.Fatalf("stock left %d, want 0", left)
+	}
+	if exists(t, admin, name) {
+		t.Fatal("the lock is still held after every buyer unlocked")
 	}
 }
 

@@ -230,7 +230,8 @@ var (
 	// [semaphore, acquired permits, handle's latch, channel], ARGV [expiryMs, nowMs,
 	// requestNumber, latchMs, cancel (1/0), publishCmd, id1..n (hex)]. It replies the
 	// permits left (-1 from a repeat), {ms until the nearest expiry} or nil when too few
-	// were available. With cancel it withdraws the request as SemAcquire does.
+	// were available, or {'total', permits in all} when the semaphore has fewer in all than
+	// asked for. With cancel it withdraws the request as SemAcquire does.
 	PermitAcquire = newScript(lib + permAcquire)
 
 	// PermitRelease gives back acquired permits: KEYS [semaphore, acquired permits, handle's

@@ -11,15 +11,15 @@
 local mode, now = ARGV[1], tonumber(ARGV[2])
 reclaim(KEYS[1], KEYS[2], KEYS[3], now, ARGV[3])
 if mode == 'available' then
-    return tonumber(redis.call('get', KEYS[1]) or '0')
+    return (int_at(KEYS[1]))
 elseif mode == 'acquired' then
     return redis.call('zcard', KEYS[2])
 elseif mode == 'permits' then
-    local v = redis.call('get', KEYS[1])
-    if not v then
+    local n, exists = int_at(KEYS[1])
+    if not exists then
         return 0
     end
-    return tonumber(v) + redis.call('zcard', KEYS[2])
+    return n + redis.call('zcard', KEYS[2])
 end
 local raw = unhex(ARGV[4])
 local exp = redis.call('zscore', KEYS[2], raw)

@@ -37,7 +37,9 @@ const (
 	// PubSubPlain publishes with PUBLISH and listens with SUBSCRIBE. The default, and what
 	// Redisson uses with a single server, Sentinel or replicated servers.
 	PubSubPlain PubSubMode = iota
-	// PubSubSharded publishes with SPUBLISH and listens with SSUBSCRIBE (Redis 7+).
+	// PubSubSharded publishes with SPUBLISH and listens with SSUBSCRIBE (Redis 7+). Not yet
+	// on a Cluster client, where each shard channel must be subscribed on its slot's node:
+	// New refuses it there.
 	PubSubSharded
 )
 
@@ -109,7 +111,8 @@ func WithClientID(id string) Option {
 	}
 }
 
-// WithPubSubMode selects plain or sharded pub/sub. Default PubSubPlain.
+// WithPubSubMode selects plain or sharded pub/sub. Default PubSubPlain. New refuses
+// PubSubSharded on a Cluster client (see PubSubSharded).
 func WithPubSubMode(mode PubSubMode) Option {
 	return func(c *config) error {
 		if mode != PubSubPlain && mode != PubSubSharded {
@@ -227,6 +230,7 @@ type Client struct {
 	fairWaitMs string
 	replicas   int64 // see WithSyncReplicas; 0: none waited for
 	replicaMs  int64
+	cluster    bool       // rdb is a Cluster client: every name's keys must share a slot
 	loaded     gosync.Map // *lua.Script: run once by this Client with WithSyncReplicas
 
 	// afterAcquire, if set, runs when an acquire script has replied, before its hold is
@@ -280,6 +284,12 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	cluster := rdb.Mode() == rueidis.ClientModeCluster
+	if cluster && cfg.mode == PubSubSharded {
+		// Every SSUBSCRIBE must go to its channel's node, which one subscriber connection
+		// cannot do.
+		return nil, invalid("pub/sub mode", "%v is not supported on a Cluster client yet; use PubSubPlain", cfg.mode)
+	}
 	if cfg.id == "" {
 		cfg.id = newClientID()
 	}
@@ -302,6 +312,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		fairWaitMs: strconv.FormatInt(cfg.fairWait.Milliseconds(), 10),
 		replicas:   int64(cfg.replicas),
 		replicaMs:  cfg.replicaWait.Milliseconds(),
+		cluster:    cluster,
 		closed:     make(chan struct{}),
 	}
 	var prefix [8]byte

@@ -31,6 +31,7 @@ func (c *Client) FencedLock(name string) *FencedLock {
 	l := &FencedLock{}
 	l.init(c, name, nil)
 	l.tokenKey = prefixName("redisson_lock_token", name)
+	l.o.what = "fenced lock"
 	return l
 }
 
@@ -73,5 +74,5 @@ func (l *FencedLock) Token(ctx context.Context) (int64, error) {
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
-	return n, o.wrap(err)
+	return n, o.wrapKey(l.tokenKey, err)
 }

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -69,7 +70,11 @@ type exclusive struct {
 }
 
 func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
-	l.o.init(c, name, c.lockKind)
+	what := "lock"
+	if fair != nil {
+		what = "fair lock"
+	}
+	l.o.init(c, name, what, c.lockKind)
 	l.o.releaser = func(holds int, latch, n string) script {
 		r, _ := l.release(holds, latch, n, nil)
 		return r
@@ -263,6 +268,11 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	switch {
 	case ok:
+	case errors.Is(err, ErrNotReplicated):
+		// Taken, unconfirmed and given back (see owner.attempt): the take dropped the
+		// waiter's claim (its place, its Client's registration), and the give-back freed the
+		// lock and woke the next — what a leave would do, at the cost of a third WAIT.
+		o.c.mux.Wake(l.wakeCh)
 	case l.fair != nil:
 		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
 			return got, gerr
@@ -476,10 +486,18 @@ func (l *exclusive) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
-	ms, err := o.c.rdb.Do(ctx, o.c.rdb.B().Pttl().Key(o.name).Build()).AsInt64()
+	// TYPE with it, one round trip: PTTL alone would time a key that is no lock.
+	rs := o.c.rdb.DoMulti(ctx, o.c.rdb.B().Type().Key(o.name).Build(), o.c.rdb.B().Pttl().Key(o.name).Build())
+	t, err := rs[0].ToString()
+	ms, perr := rs[1].AsInt64()
+	if err == nil {
+		err = perr
+	}
 	switch {
 	case err != nil:
 		return 0, o.wrap(err)
+	case t != "hash" && t != "none":
+		return 0, o.wrongType(o.name)
 	case ms == -2:
 		return 0, nil
 	case ms < 0:

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -46,8 +47,8 @@ type RWLock struct {
 // makes no network call; an empty name is reported by the handle's methods.
 func (c *Client) RWLock(name string) *RWLock {
 	l := &RWLock{channel: prefixName("redisson_rwlock", name), writers: suffixName(name, "rwlock_writers")}
-	l.r.init(c, name, c.readKind)
-	l.w.init(c, name, c.lockKind)
+	l.r.init(c, name, "read-write lock", c.readKind)
+	l.w.init(c, name, "read-write lock", c.lockKind)
 	l.w.id = l.r.id + ":write"
 	l.r.releaser, l.w.releaser = l.readRelease, l.writeRelease
 	l.timeouts = readTimeouts(name, l.r.id)
@@ -125,7 +126,7 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 			return false, err
 		}
 		if reads > 0 && writes == 0 {
-			return false, fmt.Errorf("%w: %q: the handle holds read locks and asks for the write lock", ErrWouldDeadlock, l.r.name)
+			return false, l.r.wrap(fmt.Errorf("%w: the handle holds read locks and asks for the write lock", ErrWouldDeadlock))
 		}
 	}
 	leaseMs := c.leaseMs(lease)
@@ -139,7 +140,7 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 	// Every message wakes every waiter, a 0 too (a Java read release): the one waiter a 0
 	// wakes may be a reader held back by a writer's claim, which would swallow it.
 	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: limit, attempt: a})
-	if !ok && write {
+	if !ok && write && !errors.Is(err, ErrNotReplicated) { // unconfirmed, the take dropped the claim (see exclusive.acquire)
 		l.leave(ctx)
 	}
 	return ok, err

@@ -36,7 +36,7 @@ func (o *owner) where() string {
 	}
 	return o.c.id + " " + o.name
 }
-func (r rwReader) where() string   { return r.l.where() }
+func (r rwReader) where() string { return r.l.where() }
 
 // Multi takes several locks as one, all or none (Redisson's RedissonMultiLock), over any mix
 // of lock handles — of one Client or several, on one Redis or several. It makes no key of

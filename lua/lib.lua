@@ -231,29 +231,27 @@ local function wait_here(clients, token, ms)
     extend(clients, ms)
 end
 
+-- foreign reports whether the holder of the plain lock key is not a latchkey client, whose
+-- client IDs are version-8 UUIDs: such a holder (Redisson's) announces its release only on
+-- the lock channel, where latchkey clients do not listen unless told to.
+local function foreign(key)
+    local holder = redis.call('hkeys', key)[1]
+    return not (holder and string.find(holder, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-8'))
+end
+
 -- wake_next announces that a plain lock is free: it wakes the live client whose
 -- registration lapses first (the first-registered, among clients with one wait time)
 -- on its own channel (its registration goes), then publishes 0 on the lock channel:
--- Redisson's waiters race that client, as Redisson's non-fair lock has them race.
---
--- Latchkey clients listen on the lock channel too, for Java's releases and force unlocks,
--- which publish only there. So that a latchkey release does not wake them all, a release
--- that woke a client publishes 2 just before its 0: "the 0 that follows is latchkey's, and
--- a client has been told". Java ignores 2 (it acts on 0 and 1 only); a latchkey client acts
--- on a 0 that no 2 came just before (see javaReleases).
+-- Redisson's waiters race that client, as Redisson's non-fair lock has them race, and so do
+-- latchkey clients listening there.
 local function wake_next(clients, channel, publish)
-    local woke = false
     if redis.call('exists', clients) == 1 then
         redis.call('zremrangebyscore', clients, '-inf', now_us(0))
         local next = redis.call('zrange', clients, 0, 0)[1]
         if next then
             redis.call('zrem', clients, next)
             redis.call(publish, clients .. ':' .. next, 0)
-            woke = true
         end
-    end
-    if woke then
-        redis.call(publish, channel, 2)
     end
     redis.call(publish, channel, 0)
 end

@@ -7,7 +7,8 @@
 -- lasts (ms).
 -- Reply: nil when acquired or re-entered; -3 when the owner knows it holds the lock but its
 -- field is gone (deleted, expired: nothing changes); otherwise the holder's PTTL (-1 when the
--- key has no expiry), and a waiting acquire registers its client (see wait_here); a
+-- key has no expiry), and a waiting acquire registers its client (see wait_here) and gets
+-- the PTTL in a one-element array when the holder is not a latchkey client (see foreign); a
 -- waiting acquire that takes the lock drops its client's registration.
 --
 -- A fenced lock's acquire and re-entry increment the token, as Redisson's do, and reply
@@ -41,5 +42,8 @@ if redis.call('exists', KEYS[1]) == 0 then
 end
 if ARGV[4] then
     wait_here(KEYS[2], ARGV[4], tonumber(ARGV[5]))
+    if foreign(KEYS[1]) then
+        return { redis.call('pttl', KEYS[1]) }
+    end
 end
 return redis.call('pttl', KEYS[1])

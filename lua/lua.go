@@ -106,8 +106,9 @@ var (
 	// [leaseMs, owner, holdsKnown, (token, registrationMs)]; the count becomes holdsKnown+1
 	// and the TTL at least leaseMs. It replies nil when acquired, -3 when holdsKnown > 0 but
 	// the owner's field is gone (nothing changes), or the holder's PTTL — and then, given a
-	// token, registers it as a waiting client's (a latchkey addition); given one, a take
-	// drops that registration.
+	// token, registers it as a waiting client's (a latchkey addition) and replies {PTTL}
+	// when the holder is not a latchkey client (whose release announces itself only on the
+	// lock channel); given one, a take drops that registration.
 	LockAcquire = newScript(lib + lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and, when it frees the lock, wakes the
@@ -116,8 +117,7 @@ var (
 	// (1/0), registrationMs, (heir, heirLeaseMs)]; the count becomes holdsKnown-1 (the TTL
 	// at least leaseMs), and the lock is freed at 0. It replies nil (not held), 0 (still
 	// held), 1 (freed: 0 published on the next registered client's channel,
-	// <clients>:<token>, and on the lock channel — after a 2 there when a client was woken,
-	// which tells latchkey clients listening there that the 0 is not Java's) or 2 (handed to the heir, who holds it
+	// <clients>:<token>, and on the lock channel) or 2 (handed to the heir, who holds it
 	// once with its lease; no message). The latch keeps the owner's highest request number:
 	// a repeat of a request replies what the first run did, and an older one arriving late
 	// changes nothing.

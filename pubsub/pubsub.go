@@ -128,11 +128,10 @@ type channel struct {
 
 // Waiter is one local waiter's registration on a channel.
 type Waiter struct {
-	m     *Mux
-	ch    *channel
-	c     chan struct{}
-	seen  uint64 // the channel's message count when the waiter registered
-	quiet bool   // signalled by messages only, not when the subscription is confirmed (Watch)
+	m    *Mux
+	ch   *channel
+	c    chan struct{}
+	seen uint64 // the channel's message count when the waiter registered
 }
 
 // New returns a Mux on client and starts its connection goroutine. client is not closed by
@@ -199,10 +198,6 @@ func (m *Mux) Subscribe(name string, policy Policy) (*Waiter, error) {
 // the waiter is signalled once the subscription is confirmed, as with Subscribe, and must
 // check again then.
 func (m *Mux) Listen(name string, policy Policy) (*Waiter, bool, error) {
-	return m.listen(name, policy, false)
-}
-
-func (m *Mux) listen(name string, policy Policy, quiet bool) (*Waiter, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.err != nil {
@@ -214,21 +209,10 @@ func (m *Mux) listen(name string, policy Policy, quiet bool) (*Waiter, bool, err
 		m.channels[name] = ch
 	}
 	w := m.addLocked(ch)
-	w.quiet = quiet
 	if !ch.subscribed {
 		m.markDirty(name)
 	}
 	return w, ch.subscribed, nil
-}
-
-// Watch registers a waiter on name that messages signal, but not the subscription's
-// confirmation: for a second channel of a caller whose first channel's confirmation makes
-// it check anyway. Registered before that first channel, it is subscribed no later than it
-// (in the same SUBSCRIBE, or an earlier one), so a check made on the first channel's
-// confirmation misses nothing from the second.
-func (m *Mux) Watch(name string, policy Policy) (*Waiter, error) {
-	w, _, err := m.listen(name, policy, true)
-	return w, err
 }
 
 // Last returns the payload of the latest message on the waiter's channel since it
@@ -682,11 +666,7 @@ func (m *Mux) sync(c **conn) error {
 		for _, name := range join[:n] {
 			if ch := m.channels[name]; ch != nil {
 				ch.subscribed = true
-				for _, w := range ch.waiters {
-					if !w.quiet {
-						w.signal()
-					}
-				}
+				wakeN(ch, All)
 				if len(ch.waiters) == 0 {
 					m.markDirty(name) // everyone left while we were joining
 				}

@@ -95,8 +95,11 @@ func WithLogger(log *zap.Logger) Option {
 
 // WithClientID sets the client UUID that prefixes every owner ID this Client makes
 // ("<uuid>:<n>", Redisson's "<uuid>:<threadId>"). Two live Clients must never share one, or
-// their handles would be the same owners. Default: a random version-8 UUID (Redisson's are
-// version 4, so a latchkey holder is told apart in Redis at a glance). Any UUID works.
+// their handles would be the same owners. Default: a random version-8 UUID, which is how
+// other Clients tell a latchkey holder of a plain lock from a Redisson one, whose release
+// they can hear only on Redisson's shared channel. Any UUID works, but while a Client with
+// another version holds a plain lock, the waiting Clients listen on that channel too, and
+// each release message costs Redis a write to every one of them.
 func WithClientID(id string) Option {
 	return func(c *config) error {
 		u, err := uuid.Parse(id)
@@ -262,9 +265,6 @@ type Client struct {
 }
 
 // New returns a Client on rdb, which may be a standalone, Sentinel or Cluster rueidis client.
-// On a Cluster client every name's keys must share a hash slot: a name with a '{' but no
-// hash tag is reported by its handle's methods (ErrInvalidArgument), and PubSubSharded is
-// refused.
 // Close the Client before rdb; the Client never closes rdb. Should rdb be closed first,
 // waiting calls return an error wrapping rueidis.ErrClosing as soon as any request of the
 // Client (a renewal included) finds it closed, which wakes them to re-check, and at their

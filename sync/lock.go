@@ -33,12 +33,12 @@ import (
 // WithFairLockWaitTimeout; otherwise the one whose registration lapses first), on a channel
 // of that Client's own, while Java waiters race it (a newcomer may also take a free lock first);
 // within a Client the local hand-off serves waiters in arrival order, and after
-// WithLocalHandoff hand-offs in a row the lock goes to the next Client. Waiters also listen
-// on Redisson's shared channel, where Java announces its releases and force unlocks (a
-// latchkey release marks its own there, so that it still wakes one Client alone). A wake
-// lost to the network, or sent to a Client that died or no longer waits, costs the others
-// at most a third of the fair wait time (WithFairLockWaitTimeout), or the watchdog timeout
-// if that is shorter.
+// WithLocalHandoff hand-offs in a row the lock goes to the next Client. Waiters listen on
+// Redisson's shared channel only once they find a holder that is not a latchkey Client,
+// whose release announces itself only there. A wake lost to the network, sent to a Client
+// that died or no longer waits, or a Java release before any waiting Client found the Java
+// holder, costs the others at most a third of the fair wait time
+// (WithFairLockWaitTimeout), or the watchdog timeout if that is shorter.
 //
 // When to choose FairLock instead: for grants in strict arrival order across every Client
 // and Java process. Over many Clients a Lock's waiting is first come, first served only
@@ -250,9 +250,12 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 		w.policy, w.grant = pubsub.AllPolicy, a.token
 		w.granted = func() (bool, error, bool) { return o.takeGrant(lease, a.requests) }
 	} else {
-		// Redisson's channel too: Java's releases and force unlocks are published only there.
-		// Its policy skips latchkey's releases, which wake one Client on its own channel.
-		w.also, w.alsoPolicy = func() string { return l.channel }, javaReleases()
+		w.also = func() string {
+			if a.out.foreign {
+				return l.channel
+			}
+			return ""
+		}
 	}
 	// A fenced lock is never handed on: each holder must take a token of its own.
 	if join && o.c.maxHandoff > 0 && l.tokenKey == "" {
@@ -309,6 +312,7 @@ type lockAttempt struct {
 	leaseMs  string
 	token    string // a fair lock's: the message with which a release grants this wait the lock
 	requests uint64 // the owner's request count at this wait's latest attempt
+	// out.foreign: a plain lock's attempt found a holder that is not a latchkey Client;
 	// out.token: a fenced lock's token, once taken.
 	out  acquireOut
 	heir heir

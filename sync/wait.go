@@ -31,36 +31,9 @@ type wait struct {
 	grant   string
 	granted func() (ok bool, err error, taken bool)
 	// also, if not nil, names after a failed attempt a further channel whose messages (by
-	// alsoPolicy, or policy if nil) mean the waiter may now succeed, or returns "": a plain
-	// lock's Redisson channel, where Java announces its releases.
-	also       func() string
-	alsoPolicy pubsub.Policy
-}
-
-// javaReleaseWindow bounds how long after latchkey's 2 a 0 on Redisson's lock channel is
-// taken for that release's: the two come from one script, back to back, so only a 2 whose 0
-// was lost (a reconnect in between) waits out the window.
-const javaReleaseWindow = time.Second
-
-// javaReleases is the policy of a plain lock's Redisson channel for latchkey waiters: a 0
-// (an unlock, a force unlock) wakes one waiter, as LockPolicy does — unless a 2 came just
-// before it, which says a latchkey release published it, and woke a Client on its own
-// channel already (lib.lua's wake_next). Each channel keeps the policy of its first waiter;
-// the Mux calls it under its lock, one message after another.
-func javaReleases() pubsub.Policy {
-	var mark time.Time // when latchkey's 2 came, if the next message is still to come
-	return func(payload string) int {
-		latchkey := !mark.IsZero() && time.Since(mark) < javaReleaseWindow
-		mark = time.Time{}
-		switch {
-		case payload == "2":
-			mark = time.Now()
-			return 0
-		case latchkey && payload == "0":
-			return 0
-		}
-		return pubsub.LockPolicy(payload)
-	}
+	// the same policy) mean the waiter may now succeed, or returns "": a plain lock's
+	// Redisson channel, once a holder was found that announces its release only there.
+	also func() string
 }
 
 // An attempter makes one attempt. ttl is in ms, negative when unknown: on failure, when the
@@ -91,27 +64,10 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 			if !hint.IsZero() {
 				ttl = max(time.Until(hint).Milliseconds(), 0)
 			}
-			return c.await(ctx, w, sub, nil, deadline, ttl, false)
+			return c.await(ctx, w, sub, deadline, ttl, false)
 		}
 	}
-	// The further channel (w.also) is registered on with the channel, and before it: see
-	// below.
-	alsoName := ""
-	if w.also != nil {
-		alsoName = w.also()
-	}
-	alsoPolicy := w.alsoPolicy
-	if alsoPolicy == nil {
-		alsoPolicy = w.policy
-	}
-	var sub, also *pubsub.Waiter
-	closeAll := func() {
-		for _, s := range []*pubsub.Waiter{sub, also} {
-			if s != nil {
-				s.Close()
-			}
-		}
-	}
+	var sub *pubsub.Waiter
 	if c.mux.Subscribed(w.channel) {
 		// Subscribed already (channels linger subscribed between waits), the waiter
 		// registers before it attempts and misses nothing from here on, so a waiter coming
@@ -123,38 +79,23 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 			return false, c.waitEnded(err)
 		}
 		if w.ordered && !sub.First() {
-			return c.await(ctx, w, sub, nil, deadline, -1, false) // others came meanwhile
-		}
-		if alsoName != "" {
-			// Before the attempt as well: if it is not subscribed yet, its confirmation
-			// signals a check (Listen), as nothing else would.
-			if also, _, err = c.mux.Listen(alsoName, alsoPolicy); err != nil {
-				closeAll()
-				return false, c.waitEnded(err)
-			}
+			return c.await(ctx, w, sub, deadline, -1, false) // others came meanwhile
 		}
 	}
 	ttl, ok, err := w.attempt.attempt(ctx)
 	if ok || err != nil {
-		closeAll()
+		if sub != nil {
+			sub.Close()
+		}
 		return ok, err
 	}
 	if sub == nil {
-		if alsoName != "" {
-			// Before the channel: subscribed no later than it, so the check its confirmation
-			// signals covers this one too, which needs none of its own (Watch) — one attempt,
-			// not two, per wait that subscribes both.
-			if also, err = c.mux.Watch(alsoName, alsoPolicy); err != nil {
-				return false, c.waitEnded(err)
-			}
-		}
 		if sub, err = c.mux.Subscribe(w.channel, w.policy); err != nil {
-			closeAll()
 			return false, c.waitEnded(err)
 		}
 	}
 	hint(sub, ttl)
-	return c.await(ctx, w, sub, also, deadline, ttl, true)
+	return c.await(ctx, w, sub, deadline, ttl, true)
 }
 
 // hint passes an attempt's ttl on to the waiters that join after it.
@@ -179,9 +120,9 @@ func (c *Client) waitEnded(err error) error {
 // rueidis client closing — or, for an heir, a release handing it the lock. ttl is the last attempt's reply (negative:
 // unknown); attempted says whether there was one, since a wait that reaches its deadline
 // makes one attempt if it had none.
-func (c *Client) await(ctx context.Context, w wait, sub, also *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool) (bool, error) {
+func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool) (bool, error) {
 	defer sub.Close()
-	// also: on the channel w.also named, once it named one (acquire may have registered it)
+	var also *pubsub.Waiter // on the channel w.also named, once it named one
 	defer func() {
 		if also != nil {
 			also.Close()
@@ -209,14 +150,8 @@ func (c *Client) await(ctx context.Context, w wait, sub, also *pubsub.Waiter, de
 		var alsoC <-chan struct{}
 		if also == nil && w.also != nil {
 			if name := w.also(); name != "" {
-				policy := w.alsoPolicy
-				if policy == nil {
-					policy = w.policy
-				}
-				// Listen: a subscribed channel does not signal, which would cost an attempt per
-				// wait; one not subscribed yet signals once it is.
 				var err error
-				if also, _, err = c.mux.Listen(name, policy); err != nil {
+				if also, err = c.mux.Subscribe(name, w.policy); err != nil {
 					return h.leave(ctx, c.waitEnded(err))
 				}
 			}

@@ -265,6 +265,9 @@ type Client struct {
 }
 
 // New returns a Client on rdb, which may be a standalone, Sentinel or Cluster rueidis client.
+// On a Cluster client every name's keys must share a hash slot: a name with a '{' but no
+// hash tag is reported by its handle's methods (ErrInvalidArgument), and PubSubSharded is
+// refused.
 // Close the Client before rdb; the Client never closes rdb. Should rdb be closed first,
 // waiting calls return an error wrapping rueidis.ErrClosing as soon as any request of the
 // Client (a renewal included) finds it closed, which wakes them to re-check, and at their

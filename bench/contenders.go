@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	gosync "sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -45,6 +46,10 @@ func contenders() []contender {
 	return []contender{
 		{name: "latchkey", open: openLatchkey(false)},
 		{name: "latchkey fair", open: openLatchkey(true)},
+		{name: "latchkey per request", open: openLatchkeyPattern(false, perRequest)},
+		{name: "latchkey shared", open: openLatchkeyPattern(false, shared)},
+		{name: "latchkey fair per request", open: openLatchkeyPattern(true, perRequest)},
+		{name: "latchkey fair shared", open: openLatchkeyPattern(true, shared)},
 		{name: "redsync", peer: true, open: openRedsync},
 		{name: "redislock 10ms", peer: true, open: openRedislock(10 * time.Millisecond)},
 		{name: "redislock 100ms", peer: true, open: openRedislock(100 * time.Millisecond)},
@@ -54,13 +59,27 @@ func contenders() []contender {
 }
 
 // latchkey: one dsync.Client per session, one handle per worker: a Lock, or with fair a
-// FairLock.
+// FairLock. The pattern variants: a fresh handle per acquisition (per request), or one handle
+// per session that all its workers share (shared), as a service's handlers would.
 
 type latchkeySession struct {
-	rdb  rueidis.Client
-	c    *dsync.Client
-	fair bool
+	rdb     rueidis.Client
+	c       *dsync.Client
+	fair    bool
+	pattern handlePattern
+
+	mu      gosync.Mutex
+	handles map[string]latchkeyMutex // shared: the session's one handle per key
 }
+
+// handlePattern is how a session's workers get their lock handles.
+type handlePattern int
+
+const (
+	perWorker  handlePattern = iota // one handle per worker, kept
+	perRequest                      // a fresh handle per acquisition
+	shared                          // one handle per session, shared by its workers
+)
 
 func openLatchkey(fair bool) func(string) (session, error) {
 	return func(addr string) (session, error) {
@@ -78,12 +97,54 @@ func openLatchkey(fair bool) func(string) (session, error) {
 }
 
 func (s *latchkeySession) mutex(key string) mutex {
+	switch s.pattern {
+	case perRequest:
+		return &freshMutex{s: s, key: key}
+	case shared:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		m, ok := s.handles[key]
+		if !ok {
+			m = s.handle(key)
+			s.handles[key] = m
+		}
+		return m
+	}
+	return s.handle(key)
+}
+
+func (s *latchkeySession) handle(key string) latchkeyMutex {
 	if s.fair {
 		return latchkeyMutex{s.c.FairLock(key)}
 	}
 	return latchkeyMutex{s.c.Lock(key)}
 }
-func (s *latchkeySession) close() { s.c.Close(); s.rdb.Close() }
+
+func openLatchkeyPattern(fair bool, p handlePattern) func(string) (session, error) {
+	return func(addr string) (session, error) {
+		s, err := openLatchkey(fair)(addr)
+		if err != nil {
+			return nil, err
+		}
+		ls := s.(*latchkeySession)
+		ls.pattern, ls.handles = p, make(map[string]latchkeyMutex)
+		return ls, nil
+	}
+}
+
+// freshMutex makes a new handle for each acquisition, and unlocks through it.
+type freshMutex struct {
+	s   *latchkeySession
+	key string
+	cur latchkeyMutex
+}
+
+func (m *freshMutex) lock(ctx context.Context) error {
+	m.cur = m.s.handle(m.key)
+	return m.cur.lock(ctx)
+}
+func (m *freshMutex) unlock(ctx context.Context) error { return m.cur.unlock(ctx) }
+func (s *latchkeySession) close()                      { s.c.Close(); s.rdb.Close() }
 
 // latchkeyMutex is a *dsync.Lock or a *dsync.FairLock.
 type latchkeyMutex struct {

@@ -108,7 +108,7 @@ func TestChaosExclusionUnderLostReplies(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(ci), uint64(w)))
 					handles := make([]*Lock, locks)
 					for k := range handles {
-						handles[k] = cs[ci].Lock(names[k])
+						handles[k] = cs[ci].Lock(names[k], Reentrant())
 					}
 					for n := 0; ; n++ {
 						select {

@@ -244,6 +244,12 @@ type Client struct {
 
 	heirs heirs // local waiters a release may hand its lock to
 
+	lockOwners  lender[*owner]     // idle owners of lock handles (see lender)
+	holders     registry[*owner]   // owners holding something (see Shutdown)
+	permitsHeld registry[*Permits] // PermitSemaphore acquisitions not yet released
+	shutting    atomic.Bool        // Shutdown has begun: no more acquisitions
+	rwOwners    lender[*rwPair]    // idle owner pairs of read-write lock handles
+
 	// lockToken registers this Client's waiters of plain locks and names the channel they
 	// listen on (see lib.lua).
 	lockToken string
@@ -364,6 +370,8 @@ func (c *Client) ID() string { return c.id }
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
+		c.lockOwners.close()
+		c.rwOwners.close()
 		c.wd.Close()
 		c.mux.Close()
 		c.janitor.close()

@@ -39,7 +39,7 @@ func TestErrorTextsNameTheirObjectOnce(t *testing.T) {
 		add("FairLock.Unlock of a lock not held", `dsync: fair lock "f": `, ErrNotHeld, c.FairLock("f").Unlock(ctx))
 		add("FairLock of a word", `dsync: fair lock "word": `, ErrWrongType, c.FairLock("word").Lock(ctx))
 		add("FencedLock.Unlock of a lock not held", `dsync: fenced lock "fe": `, ErrNotHeld, c.FencedLock("fe").Unlock(ctx))
-		rw := c.RWLock("rw")
+		rw := c.RWLock("rw", Reentrant()) // a reentrant handle: an upgrade is ErrWouldDeadlock
 		add("RWLock.RUnlock not held", `dsync: read-write lock "rw": `, ErrNotHeld, rw.RUnlock(ctx))
 		must(t, rw.RLock(ctx))
 		add("RWLock upgrade", `dsync: read-write lock "rw": `, ErrWouldDeadlock, rw.Lock(ctx))

@@ -80,9 +80,9 @@ func ExampleClient_RWLock() {
 	// two readers: true true writer: false
 }
 
-// A handle holding the write lock may take the read lock and keep it past Unlock (a
-// downgrade); a handle holding only read locks may not take the write lock (an upgrade):
-// that could only wait for ever, so it fails at once.
+// A Reentrant handle holding the write lock may take the read lock and keep it past Unlock
+// (a downgrade); one holding only read locks may not take the write lock (an upgrade): that
+// could only wait for ever, so it fails at once.
 func ExampleRWLock_Lock() {
 	rdb, stop := newRedis()
 	defer stop()
@@ -93,7 +93,7 @@ func ExampleRWLock_Lock() {
 	defer c.Close()
 	ctx := context.Background()
 
-	rw := c.RWLock("report")
+	rw := c.RWLock("report", dsync.Reentrant())
 	if err := rw.Lock(ctx); err != nil {
 		log.Fatal(err)
 	}

@@ -39,14 +39,14 @@ import (
 type FairLock struct{ exclusive }
 
 // FairLock returns a handle on the fair lock called name (the Redis key of its hash). It
-// makes no network call; an empty name is reported by the handle's methods.
-func (c *Client) FairLock(name string) *FairLock {
+// makes no network call; an empty name or a bad option is reported by the handle's methods.
+func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 	l := &FairLock{}
-	l.init(c, name, &fairKeys{
+	l.init(c, name, "fair", &fairKeys{
 		queue:    prefixName("redisson_lock_queue", name),
 		timeouts: prefixName("redisson_lock_timeout", name),
 		leases:   suffixName(name, "fair_leases"),
-	})
+	}, opts)
 	return l
 }
 
@@ -66,8 +66,7 @@ func (l *exclusive) keys(more ...string) []string {
 // it (as a local hand-off's heir does when its context ends), since the leave cannot hand
 // it back safely — a late run of a leave that released the owner's hold could release a
 // hold the owner took since.
-func (l *exclusive) leave(ctx context.Context, lease time.Duration) (bool, error) {
-	o := &l.o
+func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration) (bool, error) {
 	return o.withdraw(ctx, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd, nowMs()}},
 		func(msg rueidis.RedisMessage) (bool, error) {
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {

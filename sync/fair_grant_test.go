@@ -20,7 +20,7 @@ import (
 
 // Tests of the fair lock's grant: a release (force release, leave of a free lock) writes the
 // head latchkey waiter's hold with the lease it recorded in {name}:fair_leases and tells it
-// "2" on its own channel; a Java head (no lease entry) is told "0" and attempts itself.
+// its latest attempt's token on its own channel; a Java head (no lease entry) is told "0" and attempts itself.
 
 const fairJavaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 
@@ -86,7 +86,7 @@ func TestFairGrantWithoutAttempt(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
-		holder := hc.FairLock(name)
+		holder := hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestFairGrantWithoutAttempt(t *testing.T) {
 		var owners []string
 		for i := range ws {
 			c, _ := newClient(t, b.Addr)
-			w := &waiter{l: c.FairLock(name), attempts: fairCountAttempts(c), lease: time.Duration(40+i) * time.Second}
+			w := &waiter{l: c.FairLock(name, Reentrant()), attempts: fairCountAttempts(c), lease: time.Duration(40+i) * time.Second}
 			w.done = fairStartLockOpts(ctx, w.l, Lease(w.lease))
 			owners = append(owners, w.l.Owner())
 			fairAwaitQueue(t, admin, name, owners...)
@@ -183,7 +183,7 @@ func TestFairGrantJavaHeadGetsZero(t *testing.T) {
 		hc, _ := newClient(t, b.Addr)
 		wc, _ := newClient(t, b.Addr)
 		wn := fairCountAttempts(wc)
-		holder, w := hc.FairLock(name), wc.FairLock(name)
+		holder, w := hc.FairLock(name, Reentrant()), wc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +263,7 @@ func TestFairGrantUnlearnedTakenByLeave(t *testing.T) {
 		wc, _ := newClient(t, b.Addr)
 		nc, _ := newClient(t, b.Addr)
 		wn, nn := fairCountAttempts(wc), fairCountAttempts(nc)
-		w, next := wc.FairLock(name), nc.FairLock(name)
+		w, next := wc.FairLock(name, Reentrant()), nc.FairLock(name, Reentrant())
 		wCtx, cancelW := context.WithCancel(ctx)
 		defer cancelW()
 		wDone := fairStartLock(wCtx, w)
@@ -335,7 +335,7 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
-		holder := hc.FairLock(name)
+		holder := hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -346,7 +346,7 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		for range 2 {
 			p := redistest.NewProxy(t, b.Addr)
 			c, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
-			l := c.FairLock(name)
+			l := c.FairLock(name, Reentrant())
 			fairStartLockOpts(deadCtx, l, Lease(wait)) // never returns a result we read
 			dead = append(dead, l)
 			proxies = append(proxies, p)
@@ -354,7 +354,7 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 			subs = append(subs, rawSubscribe(t, ctx, admin, fairOwnChannel(l)))
 		}
 		lc, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
-		live := lc.FairLock(name)
+		live := lc.FairLock(name, Reentrant())
 		liveCtx := testCtx(t, 10*time.Second)
 		liveDone := fairStartLock(liveCtx, live)
 		want := append(fairOwners(dead), live.Owner())
@@ -376,6 +376,10 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		if q := fairQueue(t, admin, name); !slices.Equal(q, want) {
 			t.Fatalf("queue %v right before the release, want %v", q, want)
 		}
+		// The grant's message is the token of the first dead waiter's latest attempt, which its
+		// lease entry carries.
+		entry, _ := hgetField(t, admin, suffixName(name, "fair_leases"), dead[0].Owner())
+		_, token, _ := strings.Cut(entry, ":")
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -383,8 +387,8 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		if unlocked.UnixMilli() >= lapse {
 			t.Fatalf("the release ended %d ms after the first dead place lapsed: the test did not produce dead waiters queued ahead", unlocked.UnixMilli()-lapse+1)
 		}
-		if got := subs[0].published(t, ctx); !slices.Equal(got, []string{"2"}) {
-			t.Fatalf("the first dead waiter's channel got %q, want [\"2\"]: the release must grant it the lock", got)
+		if got := subs[0].published(t, ctx); !slices.Equal(got, []string{token}) || token == "" {
+			t.Fatalf("the first dead waiter's channel got %q, want [%q]: the release must grant it the lock", got, token)
 		}
 		subs[1].quiet(t, ctx, "the second dead waiter's channel")
 
@@ -428,7 +432,7 @@ func TestFairGrantDeadlineFormula(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
-		holder := hc.FairLock(name)
+		holder := hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -436,7 +440,7 @@ func TestFairGrantDeadlineFormula(t *testing.T) {
 		start := func() *FairLock {
 			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
 			n := fairCountAttempts(c)
-			l := c.FairLock(name)
+			l := c.FairLock(name, Reentrant())
 			fairStartLock(ctx, l)
 			queue = append(queue, l.Owner())
 			fairAwaitQueue(t, admin, name, queue...)
@@ -475,7 +479,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
-		holder := hc.FairLock(name)
+		holder := hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +487,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 		// stale-drop does (LPOP / ZREM): its lease entry stays.
 		p := redistest.NewProxy(t, b.Addr)
 		gc, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
-		ghost := gc.FairLock(name)
+		ghost := gc.FairLock(name, Reentrant())
 		fairStartLock(testCtx(t, 20*time.Second), ghost)
 		fairAwaitQueue(t, admin, name, ghost.Owner())
 		p.Blackhole(true)
@@ -497,7 +501,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 
 		fairRawPlace(t, admin, name, fairJavaOwner, time.Now().Add(10*time.Minute).UnixMilli())
 		c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
-		w := c.FairLock(name)
+		w := c.FairLock(name, Reentrant())
 		done := fairStartLock(ctx, w)
 		fairAwaitQueue(t, admin, name, fairJavaOwner, w.Owner())
 		d, _ := fairDeadline(t, admin, name, w.Owner())
@@ -539,7 +543,7 @@ func TestFairGrantLoopingWaiterSubscribesOnce(t *testing.T) {
 	wc, _ := newClient(t, b.Addr)
 	wn := fairCountAttempts(wc)
 	hc, _ := newClient(t, b.Addr)
-	w, h := wc.FairLock(name), hc.FairLock(name)
+	w, h := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 	must(t, admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error())
 	for i := range waits {
 		// The other handle takes the free lock with TryLock, which never waits and so never
@@ -616,7 +620,7 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 		wc, _ := newClient(t, gate.addr())
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr)
-		w, holder, other := wc.FairLock(name), hc.FairLock(name), hc.FairLock(name)
+		w, holder, other := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -684,7 +688,7 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 		admin := b.Client(t)
 		wc, _ := newClient(t, b.Addr)
 		hc, _ := newClient(t, b.Addr)
-		w, holder := wc.FairLock(name), hc.FairLock(name)
+		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 		cancelled, rounds := 0, 0
 		for end := time.Now().Add(time.Second); rounds < maxRounds && time.Now().Before(end); rounds++ {
 			i := rounds
@@ -750,7 +754,7 @@ func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 		hc, _ := newClient(t, b.Addr)
 		xc, _ := newClient(t, b.Addr)
 		xn := fairCountAttempts(xc)
-		w, holder, x := wc.FairLock(name), hc.FairLock(name), xc.FairLock(name)
+		w, holder, x := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -816,7 +820,7 @@ func TestFairGrantLeaveSkipsLapsedHead(t *testing.T) {
 		wc, _ := newClient(t, b.Addr)
 		xc, _ := newClient(t, b.Addr)
 		wn, xn := fairCountAttempts(wc), fairCountAttempts(xc)
-		w, x := wc.FairLock(name), xc.FairLock(name)
+		w, x := wc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
 		wCtx, cancelW := context.WithCancel(ctx)
 		defer cancelW()
 		wDone := fairStartLock(wCtx, w)
@@ -952,4 +956,49 @@ func (p *gateProxy) serverToClient(server, client net.Conn) {
 			return
 		}
 	}
+}
+
+// A grant counts only for the attempt it answered: a waiter granted the lock while it was
+// paused, whose grant lapsed and went to another meanwhile, attempts again as it resumes
+// (re-queued) before it reads the old grant's message; that message must not be taken for a
+// grant of the new attempt (Lock returned nil while another held the lock). The proxy holds
+// the message back, and a wake-up with no message makes the attempt come first.
+func TestFairGrantOfAnEarlierAttemptIsStale(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name, lease = "fair:stale-attempt", time.Second
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		gate := newGateProxy(t, b.Addr)
+		wc, _ := newClient(t, gate.addr())
+		wn := fairCountAttempts(wc)
+		hc, _ := newClient(t, b.Addr)
+		w, holder, other := wc.FairLock(name, Reentrant()), hc.FairLock(name), hc.FairLock(name)
+		must(t, holder.Lock(ctx))
+		waited := fairStartLockOpts(ctx, w, Lease(lease))
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+
+		gate.arm([]byte(fairOwnChannel(w)))
+		must(t, holder.Unlock(ctx)) // grants w, for a lease; the message is held back
+		eventually(t, 5*time.Second, "the grant message held back", gate.holding)
+		eventually(t, 5*time.Second, "the grant lapsed", func() bool { return !exists(t, admin, name) })
+		must(t, other.Lock(ctx)) // the lapsed grant's lock goes to another
+		attempts := wn.Load()
+		wc.mux.WakeAll() // w resumes: it attempts, and is queued again behind the holder
+		fairAwaitQueue(t, admin, name, w.Owner())
+		eventually(t, 5*time.Second, "w's attempt", func() bool { return wn.Load() > attempts })
+		gate.open() // the old grant's message arrives now
+
+		select {
+		case err := <-waited:
+			t.Fatalf("w's Lock returned %v (Valid %v) while %s holds the lock: it took a stale grant", err, w.Valid(), other.Owner())
+		case <-time.After(time.Second): // bounded: showing that it does NOT return
+		}
+		must(t, other.Unlock(ctx)) // now w is granted the lock for real
+		if err := fairAwait(t, waited, 5*time.Second, "w after the holder's release"); err != nil {
+			t.Fatal(err)
+		}
+		must(t, w.Unlock(ctx))
+	})
 }

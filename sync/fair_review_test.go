@@ -26,7 +26,7 @@ func TestFairGrantAdoptedBySiblingIsNotTakenAgain(t *testing.T) {
 		hc, _ := newClient(t, b.Addr)
 		xc, _ := newClient(t, b.Addr)
 		xn := fairCountAttempts(xc)
-		w, holder, x := wc.FairLock(name), hc.FairLock(name), xc.FairLock(name)
+		w, holder, x := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
 		oc, _ := newClient(t, b.Addr)
 		admin := b.Client(t)
 		wn := fairCountAttempts(wc)
-		w, holder := wc.FairLock(name), hc.FairLock(name)
+		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 		must(t, holder.Lock(ctx))
 		wctx, cancel := context.WithCancel(ctx)
 		done := fairStartLock(wctx, w)
@@ -93,7 +93,7 @@ func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
 		must(t, holder.Unlock(ctx))
 		must(t, w.Lock(ctx)) // w holds
 		p.release()
-		if ok, err := oc.FairLock(name).TryLock(ctx); err != nil || ok {
+		if ok, err := oc.FairLock(name, Reentrant()).TryLock(ctx); err != nil || ok {
 			t.Fatalf("two holders: another Client took the lock while w holds it (Valid %v): %v %v", w.Valid(), ok, err)
 		}
 	})
@@ -111,7 +111,7 @@ func TestFairLeaveAfterUnsettledReleaseTakesNothing(t *testing.T) {
 		p := newHoldProxy(t, b.Addr)
 		c, _ := newClient(t, p.addr(), WithRetryBudget(100*time.Millisecond))
 		admin := b.Client(t)
-		l := c.FairLock(name)
+		l := c.FairLock(name, Reentrant())
 		must(t, l.Lock(ctx))
 		must(t, l.Unlock(ctx)) // Redis has the release script: a held-back EVALSHA of it runs
 		must(t, l.Lock(ctx))

@@ -144,7 +144,7 @@ func TestFairLockExclusion(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					mu := c.FairLock(name)
+					mu := c.FairLock(name, Reentrant())
 					for range cycles {
 						if err := mu.Lock(ctx); err != nil {
 							errs <- err
@@ -212,7 +212,7 @@ func TestFairLockFIFOAcrossClients(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					l := c.FairLock(name)
+					l := c.FairLock(name, Reentrant())
 					for range cycles {
 						if err := l.Lock(ctx); err != nil {
 							errs <- err
@@ -269,7 +269,7 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		c0, _ := newClient(t, b.Addr)
-		holder := c0.FairLock(name)
+		holder := c0.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +280,7 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 		for range clients {
 			c, _ := newClient(t, b.Addr)
 			for range perClient {
-				l := c.FairLock(name)
+				l := c.FairLock(name, Reentrant())
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -327,7 +327,7 @@ func TestFairLockDeadWaiterPlaceLapses(t *testing.T) {
 		admin := b.Client(t)
 		holderC, _ := newClient(t, b.Addr, WithWatchdogTimeout(wait))
 		waiterC, _ := newClient(t, b.Addr, WithWatchdogTimeout(wait))
-		holder, live := holderC.FairLock(name), waiterC.FairLock(name)
+		holder, live := holderC.FairLock(name, Reentrant()), waiterC.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +364,7 @@ func TestFairLockLiveWaitersKeepPlaces(t *testing.T) {
 		// the 300 ms wait time only.
 		hc, _ := newClient(t, b.Addr)
 		c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
-		holder, w1, w2 := hc.FairLock(name), c.FairLock(name), c.FairLock(name)
+		holder, w1, w2 := hc.FairLock(name, Reentrant()), c.FairLock(name, Reentrant()), c.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -428,14 +428,14 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 		ctx := testCtx(t, 15*time.Second)
 		admin := b.Client(t)
 		holderC, _ := newClient(t, b.Addr)
-		holder := holderC.FairLock(name)
+		holder := holderC.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
 
 		// TryLock's wait time ends.
 		oc, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
-		other := oc.FairLock(name)
+		other := oc.FairLock(name, Reentrant())
 		if ok, err := other.TryLock(ctx, WaitTime(50*time.Millisecond)); ok || err != nil {
 			t.Fatalf("TryLock(WaitTime 50ms) on a held lock: %v, %v; want false, nil", ok, err)
 		}
@@ -454,7 +454,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 		}
 		start := func() *waiter {
 			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
-			w := &waiter{l: c.FairLock(name), attempts: fairCountAttempts(c)}
+			w := &waiter{l: c.FairLock(name, Reentrant()), attempts: fairCountAttempts(c)}
 			w.ctx, w.cancel = context.WithCancel(ctx)
 			t.Cleanup(w.cancel)
 			before := len(fairQueue(t, admin, name))
@@ -547,7 +547,7 @@ func TestFairLockHeadLeavingFreeLockWakesNext(t *testing.T) {
 		hc, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 		wc, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 		hn, wn := fairCountAttempts(hc), fairCountAttempts(wc)
-		head, next := hc.FairLock(name), wc.FairLock(name)
+		head, next := hc.FairLock(name, Reentrant()), wc.FairLock(name, Reentrant())
 		must(t, admin.Do(ctx, admin.B().Hset().Key(name).FieldValue().FieldValue(java, "1").Build()).Error())
 		headCtx, cancelHead := context.WithCancel(ctx)
 		defer cancelHead()
@@ -578,7 +578,7 @@ func TestFairLockHeadLeavingFreeLockWakesNext(t *testing.T) {
 		// loss and tells the head.
 		tc, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 		tn := fairCountAttempts(tc)
-		third := tc.FairLock(name)
+		third := tc.FairLock(name, Reentrant())
 		thirdCtx := testCtx(t, 5*time.Second)
 		thirdDone := fairStartLock(thirdCtx, third)
 		fairAwaitQueue(t, admin, name, third.Owner())
@@ -611,7 +611,7 @@ func TestFairLockCloseLeavesNoPlace(t *testing.T) {
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
 		wc, _ := newClient(t, b.Addr)
-		holder, waiter := hc.FairLock(name), wc.FairLock(name)
+		holder, waiter := hc.FairLock(name, Reentrant()), wc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -637,7 +637,7 @@ func TestFairLockTryLockNeverQueues(t *testing.T) {
 		ctx := testCtx(t, 10*time.Second)
 		admin := b.Client(t)
 		c, _ := newClient(t, b.Addr)
-		holder, other := c.FairLock(name), c.FairLock(name)
+		holder, other := c.FairLock(name, Reentrant()), c.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -687,7 +687,7 @@ func TestFairLockReentrancyAndForceUnlock(t *testing.T) {
 		admin := b.Client(t)
 		// A 30 s watchdog (and wait time): a waiter re-checks by itself only after 10 s.
 		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
-		mu := c.FairLock(name)
+		mu := c.FairLock(name, Reentrant())
 		for range 2 {
 			if err := mu.Lock(ctx); err != nil {
 				t.Fatal(err)
@@ -718,7 +718,7 @@ func TestFairLockReentrancyAndForceUnlock(t *testing.T) {
 		if err := mu.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		waiter := wc.FairLock(name)
+		waiter := wc.FairLock(name, Reentrant())
 		waitCtx := testCtx(t, 5*time.Second)
 		done := fairStartLock(waitCtx, waiter)
 		fairAwaitQueue(t, admin, name, waiter.Owner())
@@ -738,7 +738,7 @@ func TestFairLockReentrancyAndForceUnlock(t *testing.T) {
 			t.Fatalf("queue %v after the re-entries, want only the waiter", q)
 		}
 		forced := time.Now()
-		if ok, err := c.FairLock(name).ForceUnlock(ctx); !ok || err != nil {
+		if ok, err := c.FairLock(name, Reentrant()).ForceUnlock(ctx); !ok || err != nil {
 			t.Fatalf("ForceUnlock: %v, %v; want true, nil", ok, err)
 		}
 		if err := fairAwait(t, done, 6*time.Second, "the head waiter after ForceUnlock"); err != nil {
@@ -769,7 +769,7 @@ func TestFairLockRedissonWireCompatibility(t *testing.T) {
 		// A 30 s watchdog and wait time: our waiter re-checks by itself only after 10 s.
 		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 		attempts := fairCountAttempts(c)
-		mu := c.FairLock(name)
+		mu := c.FairLock(name, Reentrant())
 		ownChannel := "redisson_lock__channel:{fair:orders}:" + mu.Owner()
 
 		// (a) A Java thread holds the lock; our waiter queues in Redisson's layout.
@@ -846,8 +846,8 @@ func TestFairLockInvalidArguments(t *testing.T) {
 		}
 		c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(3*time.Millisecond)) // the smallest
 		ctx := testCtx(t, 5*time.Second)
-		empty := c.FairLock("")
-		mu := c.FairLock("fair:args")
+		empty := c.FairLock("", Reentrant())
+		mu := c.FairLock("fair:args", Reentrant())
 		var nilCtx context.Context
 		for _, tc := range []struct {
 			arg string

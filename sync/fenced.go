@@ -26,12 +26,11 @@ import (
 type FencedLock struct{ exclusive }
 
 // FencedLock returns a handle on the fenced lock called name (the Redis key of its hash). It
-// makes no network call; an empty name is reported by the handle's methods.
-func (c *Client) FencedLock(name string) *FencedLock {
+// makes no network call; an empty name or a bad option is reported by the handle's methods.
+func (c *Client) FencedLock(name string, opts ...HandleOption) *FencedLock {
 	l := &FencedLock{}
-	l.init(c, name, nil)
+	l.init(c, name, "fenced", nil, opts)
 	l.tokenKey = prefixName("redisson_lock_token", name)
-	l.o.what = "fenced lock"
 	return l
 }
 

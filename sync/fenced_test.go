@@ -18,7 +18,7 @@ func TestFencedLockTokensOnlyGrow(t *testing.T) {
 		const name = "fenced-grow"
 		c1, rdb := newClient(t, b.Addr)
 		c2, _ := newClient(t, b.Addr)
-		a, other := c1.FencedLock(name), c2.FencedLock(name)
+		a, other := c1.FencedLock(name, Reentrant()), c2.FencedLock(name, Reentrant())
 		if n, err := a.Token(ctx); n != 0 || err != nil {
 			t.Fatalf("Token before any acquisition: %d, %v; want 0", n, err)
 		}
@@ -70,7 +70,7 @@ func TestFencedLockNoLocalHandoff(t *testing.T) {
 		ctx := testCtx(t, 10*time.Second)
 		const name = "fenced-handoff"
 		c, _ := newClient(t, b.Addr)
-		holder, waiter := c.FencedLock(name), c.FencedLock(name)
+		holder, waiter := c.FencedLock(name, Reentrant()), c.FencedLock(name, Reentrant())
 		t1, err := holder.LockToken(ctx)
 		must(t, err)
 		replies := make(chan struct{}, 8)
@@ -107,7 +107,7 @@ func TestFencedLockWire(t *testing.T) {
 		ctx := testCtx(t, 10*time.Second)
 		const name = "fenced-wire"
 		c, rdb := newClient(t, b.Addr)
-		l := c.FencedLock(name)
+		l := c.FencedLock(name, Reentrant())
 		redissonHolds(t, ctx, rdb, name)
 		if n, ok, err := l.TryLockToken(ctx); ok || n != 0 || err != nil {
 			t.Fatalf("TryLockToken of a Redisson-held lock: %d, %v, %v", n, ok, err)
@@ -123,7 +123,7 @@ func TestFencedLockWire(t *testing.T) {
 		if _, err := l.LockToken(nilCtx); !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("LockToken(nil): %v, want ErrInvalidArgument", err)
 		}
-		if _, _, err := c.FencedLock("").TryLockToken(ctx); !errors.Is(err, ErrInvalidArgument) {
+		if _, _, err := c.FencedLock("", Reentrant()).TryLockToken(ctx); !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("an empty name: %v, want ErrInvalidArgument", err)
 		}
 	})

@@ -475,7 +475,7 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 		admin := b.Client(t)
 		warmScripts(t, ctx, c)
 		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
-		a, first, unsure := c.Lock(name), c.Lock(name), c.Lock(name)
+		a, first, unsure := c.Lock(name), c.Lock(name), c.Lock(name, Reentrant())
 		must(t, unsure.Lock(ctx))
 		proxy.DropReplyAfter([]byte(unlockLatchPrefix))
 		if err := unsure.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) {

@@ -86,7 +86,7 @@ func isClosed(c <-chan struct{}) bool {
 }
 
 // waitChannel is the channel c's waiters of the plain lock name listen on.
-func waitChannel(c *Client, name string) string { return c.Lock(name).wakeCh }
+func waitChannel(c *Client, name string) string { return c.Lock(name).clientCh }
 
 // lockChannel is the channel a lock's releases are published on.
 func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }

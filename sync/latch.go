@@ -121,6 +121,6 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 	// zero. A 0 received since the wait registered is proof that the count reached zero
 	// meanwhile: the wait ends without reading it.
 	_, err := o.c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: -1, attempt: a,
-		grant: "0", granted: func() (bool, error, bool) { return true, nil, true }})
+		granted: func(msg string) (bool, error, bool) { return msg == "0", nil, msg == "0" }})
 	return err
 }

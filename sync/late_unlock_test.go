@@ -190,7 +190,7 @@ func TestLateUnlockRunChangesNothing(t *testing.T) {
 				if held, err := l.IsHeld(ctx); err != nil || !held {
 					t.Errorf("a late run of an unlock that already completed freed the handle's current hold (IsHeld %v, %v)", held, err)
 				}
-				if ok, err := other.Lock("late-unlock").TryLock(ctx); err != nil || ok {
+				if ok, err := other.Lock("late-unlock", Reentrant()).TryLock(ctx); err != nil || ok {
 					t.Errorf("another Client took the lock while the handle holds it (TryLock %v, %v)", ok, err)
 				}
 				must(t, l.Unlock(ctx))
@@ -230,11 +230,11 @@ func TestUnknownUnlockThenLateRunsChangeNothing(t *testing.T) {
 		if n, err := l.HoldCount(ctx); n != 1 || err != nil {
 			t.Fatalf("hold count %d (%v), want 1", n, err)
 		}
-		if ok, err := other.Lock("unknown-unlock").TryLock(ctx); err != nil || ok {
+		if ok, err := other.Lock("unknown-unlock", Reentrant()).TryLock(ctx); err != nil || ok {
 			t.Fatalf("another Client took the lock while the handle holds it (TryLock %v, %v)", ok, err)
 		}
 		must(t, l.Unlock(ctx))
-		if ok, err := other.Lock("unknown-unlock").TryLock(ctx); err != nil || !ok {
+		if ok, err := other.Lock("unknown-unlock", Reentrant()).TryLock(ctx); err != nil || !ok {
 			t.Fatalf("the lock not free after the handle's Unlock (TryLock %v, %v)", ok, err)
 		}
 	})
@@ -249,7 +249,7 @@ func heldBackHandle(t *testing.T, ctx context.Context, b *redistest.Backend, nam
 	p := newHoldProxy(t, b.Addr)
 	c, _ := newClient(t, p.addr(), append([]Option{WithLocalHandoff(0)}, opts...)...)
 	other, _ := newClient(t, b.Addr)
-	l := c.Lock(name)
+	l := c.Lock(name, Reentrant())
 	must(t, l.Lock(ctx))
 	must(t, l.Unlock(ctx))
 	return p, l, other
@@ -311,7 +311,7 @@ func TestUnknownNestedUnlockThenOuterUnlockFrees(t *testing.T) {
 					t.Fatalf("every Lock was matched by an Unlock (one of unknown outcome), yet the lock is still held (PTTL %d ms)",
 						pttl(t, admin, name))
 				}
-				mine := other.Lock(name)
+				mine := other.Lock(name, Reentrant())
 				if ok, err := mine.TryLock(ctx); err != nil || !ok {
 					t.Fatalf("another Client cannot take the lock after the outer Unlock (TryLock %v, %v)", ok, err)
 				}
@@ -371,7 +371,7 @@ func TestUnknownNestedUnlockOnDeletedLockIsLost(t *testing.T) {
 		p := newHoldProxy(t, b.Addr)
 		c, _ := newClient(t, p.addr(), WithLocalHandoff(0), WithRetryBudget(100*time.Millisecond))
 		admin := b.Client(t)
-		l := c.Lock(name)
+		l := c.Lock(name, Reentrant())
 		must(t, l.Lock(ctx))
 		must(t, l.Unlock(ctx)) // Redis has the release script: a held-back EVALSHA of it runs
 		must(t, l.Lock(ctx))

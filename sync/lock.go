@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -11,88 +12,165 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Lock is a handle on a reentrant lock, wire-compatible with Redisson's RLock: Redis hash
-// name → {owner ID: hold count}, releases published on redisson_lock__channel:{name}.
+// Lock is a handle on a lock, wire-compatible with Redisson's RLock: Redis hash name →
+// {owner ID: hold count}, releases published on redisson_lock__channel:{name}.
 //
-// The handle is the owner: its holds nest (each Lock or successful TryLock must be matched by
-// one Unlock), and two handles are two owners even in one goroutine. Give each goroutine
-// that must be excluded its own handle. A handle is safe for concurrent use, but goroutines
-// sharing one share its ownership.
+// A handle is a mutex: it is safe for concurrent use, and goroutines sharing it exclude each
+// other as they would through one sync.Mutex, and so do handles on the same name in other
+// goroutines, Clients and processes. Each Lock (or TryLock that took it) is matched by one
+// Unlock, which may come from another goroutine; an Unlock ends the oldest hold the handle
+// took. Each acquisition takes the lock as an owner of its own (a hash field), so a second
+// Lock through the same handle waits for the first hold's Unlock, as with sync.Mutex. Made
+// with Reentrant, the handle is instead one owner, as a Java thread is to Redisson: its holds
+// nest.
 //
 // Without an explicit Lease the lock is kept by the Client's watchdog until Unlock; with
 // one it expires when the lease runs out. Valid and Lost report a lease lost while held.
 //
 // A context bounds how long a call waits for the lock. A script already sent to Redis is
 // awaited even if the context ends meanwhile (bounded by the rueidis client's own timeouts):
-// only its reply tells what it did, and a handle never acts on a guess. For the same reason a
-// waiter being handed the lock by a local release as its context ends waits for that
-// release's reply (within the retry budget) and, handed, succeeds.
+// only its reply tells what it did, and a handle never acts on a guess.
 //
 // Who gets the lock: Lock is Redisson's non-fair lock. A release that frees it wakes one
-// waiting Client, the one whose waiters attempted least recently (among Clients with one
-// WithFairLockWaitTimeout; otherwise the one whose registration lapses first), on a channel
-// of that Client's own, while Java waiters race it (a newcomer may also take a free lock first);
-// within a Client the local hand-off serves waiters in arrival order, and after
-// WithLocalHandoff hand-offs in a row the lock goes to the next Client. Waiters listen on
-// Redisson's shared channel only once they find a holder that is not a latchkey Client,
-// whose release announces itself only there. A wake lost to the network, sent to a Client
-// that died or no longer waits, or a Java release before any waiting Client found the Java
-// holder, costs the others at most a third of the fair wait time
-// (WithFairLockWaitTimeout), or the watchdog timeout if that is shorter.
-//
-// When to choose FairLock instead: for grants in strict arrival order across every Client
-// and Java process. Over many Clients a Lock's waiting is first come, first served only
-// roughly (a waiter whose attempt loses to a newcomer goes to the back), and it costs Redis
-// more per acquisition than a FairLock, whose release grants the lock to the head waiter
-// with no attempt of its own (docs/benchmarks.md: 64 workers over 64 and over 8 Clients).
+// waiting Client, on a channel of that Client's own, while Java waiters race it; within a
+// Client the local hand-off serves waiters in arrival order, and after WithLocalHandoff
+// hand-offs in a row the lock goes to the next Client. A wake lost to the network costs the
+// others at most a third of the fair wait time (WithFairLockWaitTimeout), or the watchdog
+// timeout if that is shorter. Choose FairLock for grants in strict arrival order across
+// every Client and Java process (docs/design.md compares the two).
 type Lock struct{ exclusive }
 
 // Lock returns a handle on the lock called name (the Redis key). It makes no network call;
-// an empty name is reported by the handle's methods.
-func (c *Client) Lock(name string) *Lock {
+// an empty name or a bad option is reported by the handle's methods.
+func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 	l := &Lock{}
-	l.init(c, name, nil)
+	l.init(c, name, "lock", nil, opts)
 	return l
+}
+
+// HandleOption configures a lock handle as it is made.
+type HandleOption interface{ applyHandle(*handleConfig) }
+
+type handleConfig struct{ reentrant bool }
+
+type reentrantOption struct{}
+
+func (reentrantOption) applyHandle(c *handleConfig) { c.reentrant = true }
+
+// Reentrant makes a lock handle one owner, as a Java thread is to Redisson's locks: a Lock
+// through a handle that holds the lock takes a further hold at once (re-entry), each hold
+// matched by one Unlock, and HoldCount counts them. Goroutines sharing a reentrant handle
+// share its holds and do not exclude each other: give each goroutine that must be excluded a
+// handle of its own. Without it, a handle is a mutex (see Lock).
+func Reentrant() HandleOption { return reentrantOption{} }
+
+// handleOptions applies a handle's options; a nil one is reported by every call, through err.
+func handleOptions(opts []HandleOption) (cfg handleConfig, err error) {
+	for i, opt := range opts {
+		if opt == nil {
+			return cfg, invalid("option", "#%d must not be nil", i)
+		}
+		opt.applyHandle(&cfg)
+	}
+	return cfg, nil
 }
 
 // exclusive is what Lock, FairLock and FencedLock share: one method set, whose scripts and
 // waiting (who joins, who is handed the lock, who is granted it) follow fair and tokenKey.
 type exclusive struct {
-	o       owner
-	channel string // the lock's channel
-	// wakeCh is the channel its waiters listen on: for a plain lock their Client's (see
-	// lib.lua), for a fair lock their own.
-	wakeCh  string
-	clients string    // a plain lock's zset of waiting clients (see lib.lua)
-	fair    *fairKeys // nil: a plain lock
+	// o names the handle and checks its calls; made Reentrant, it is the handle's one owner.
+	o         owner
+	reentrant bool
+	key       string        // the Client's idle owners of this handle's kind and name (see lender)
+	held      holds[*owner] // a mutex handle's holds
+	channel   string        // the lock's channel
+	clients   string        // a plain lock's zset of waiting clients (see lib.lua)
+	clientCh  string        // the channel a plain lock's waiters of this Client listen on
+	fair      *fairKeys
 	// tokenKey is a fenced lock's token counter, redisson_lock_token:{name} ("": not fenced).
 	tokenKey string
 }
 
-func (l *exclusive) init(c *Client, name string, fair *fairKeys) {
-	what := "lock"
-	if fair != nil {
-		what = "fair lock"
+func (l *exclusive) init(c *Client, name, kind string, fair *fairKeys, opts []HandleOption) {
+	cfg, err := handleOptions(opts)
+	l.o.init(c, name, kindWhat[kind], c.lockKind)
+	if l.o.err == nil {
+		l.o.err = err
 	}
-	l.o.init(c, name, what, c.lockKind)
-	l.o.releaser = func(holds int, latch, n string) script {
-		r, _ := l.release(holds, latch, n, nil)
+	l.reentrant, l.key = cfg.reentrant, kind+":"+name
+	l.o.releaser = l.releaser(&l.o)
+	l.channel, l.fair = prefixName(lockChannelPrefix, name), fair
+	if fair == nil {
+		l.clients = suffixName(name, "lock_clients")
+		l.clientCh = l.clients + ":" + c.lockToken
+	}
+}
+
+// kindWhat is how errors name a handle of each kind (see exclusive.init).
+var kindWhat = map[string]string{"lock": "lock", "fair": "fair lock", "fenced": "fenced lock"}
+
+// releaser makes o's numbered release of a hold it does not count (see owner.releaser).
+func (l *exclusive) releaser(o *owner) func(holds int, latch, n string) script {
+	return func(holds int, latch, n string) script {
+		r, _ := l.release(o, holds, latch, n, nil)
 		return r
 	}
-	l.channel, l.fair = prefixName(lockChannelPrefix, name), fair
-	if fair != nil {
-		l.wakeCh = l.channel + ":" + l.o.id
-	} else {
-		l.clients = suffixName(name, "lock_clients")
-		l.wakeCh = l.clients + ":" + c.lockToken
+}
+
+// wakeCh is the channel o's waits listen on: a plain lock's waiters their Client's (see
+// lib.lua), a fair lock's their own.
+func (l *exclusive) wakeCh(o *owner) string {
+	if l.fair != nil {
+		return l.channel + ":" + o.id
 	}
+	return l.clientCh
+}
+
+// borrow returns the owner an acquisition takes the lock as: a Reentrant handle's own, or
+// else an idle owner of the Client's for the name (see lender).
+func (l *exclusive) borrow() *owner {
+	if l.reentrant {
+		return &l.o
+	}
+	c := l.o.c
+	if o, ok := c.lockOwners.take(l.key); ok {
+		return o
+	}
+	o := &owner{}
+	o.init(c, l.o.name, l.o.what, c.lockKind)
+	o.releaser = l.releaser(o)
+	return o
+}
+
+// giveBack returns a borrowed owner that holds nothing to the Client's idle owners.
+func (l *exclusive) giveBack(o *owner) {
+	if o == &l.o {
+		return
+	}
+	c := l.o.c
+	c.giveBack(o, func(o *owner) { c.lockOwners.put(l.key, o) })
+}
+
+// current is the owner of the handle's newest hold, nil when a mutex handle holds nothing.
+func (l *exclusive) current() *owner {
+	if l.reentrant {
+		return &l.o
+	}
+	o, _ := l.held.newest()
+	return o
 }
 
 // Name returns the lock's name, which is its Redis key.
 func (l *exclusive) Name() string { return l.o.name }
 
-// Owner returns the handle's owner ID, "<client UUID>:<n>", the hash field it holds.
-func (l *exclusive) Owner() string { return l.o.id }
+// Owner returns the owner ID, "<client UUID>:<n>", that the handle's newest hold is the hash
+// field of ("" when the handle holds nothing); a Reentrant handle's is always its one owner.
+func (l *exclusive) Owner() string {
+	if o := l.current(); o != nil {
+		return o.id
+	}
+	return ""
+}
 
 // LockOption configures Lock and TryLock.
 type LockOption interface{ applyLock(*lockConfig) }
@@ -148,6 +226,9 @@ func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func
 	if err := o.check(ctx); err != nil {
 		return cfg, err
 	}
+	if o.c.shutting.Load() {
+		return cfg, ErrClosed // Shutdown gives back what is held: nothing new may be taken
+	}
 	return cfg, cfg.check()
 }
 
@@ -196,12 +277,12 @@ func (cfg *lockConfig) check() error {
 // Lock takes the lock, waiting as long as ctx allows. Waiters are woken by the release
 // message and re-check at the holder's lease expiry. When ctx ends first, Lock returns
 // ctx.Err() and does not hold the lock — unless a release handed it the lock at that moment
-// (a local hand-off, a fair lock's grant): then it returns nil, holding it. Re-entering a hold that is gone from Redis (deleted,
-// expired) or whose lease was lost fails with ErrLockLost. An error wrapping
-// ErrOutcomeUnknown means no reply came back: either for the acquire, which may have run —
-// the hold it may have taken is not counted, not renewed, and lapses with its lease, or the
-// handle's next acquire adopts it — or for an earlier release of the handle's, repeated
-// first, in which case nothing was acquired.
+// (a local hand-off, a fair lock's grant): then it returns nil, holding it. Re-entering (a
+// Reentrant handle) a hold that is gone from Redis or whose lease was lost fails with
+// ErrLockLost. An error wrapping ErrOutcomeUnknown means no reply came back: either for the
+// acquire, which may have run — the hold it may have taken is not counted, not renewed, and
+// lapses with its lease, or its owner's next acquire adopts it — or for an earlier release of
+// a Reentrant handle's, repeated first, in which case nothing was acquired.
 func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
 	cfg, err := configure(ctx, &l.o, opts, LockOption.applyLock)
 	if err != nil {
@@ -211,7 +292,8 @@ func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
 	return err
 }
 
-// TryLock takes the lock if it is free (or already this handle's) and reports whether it did.
+// TryLock takes the lock if it is free (or already a Reentrant handle's) and reports whether
+// it did.
 // With WaitTime it waits up to that long; a busy lock is (false, nil), not an error. When ctx
 // ends before the wait time, TryLock returns ctx.Err(). Errors are as for Lock.
 func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
@@ -225,10 +307,23 @@ func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, e
 // acquire attempts, and waits up to limit (negative: without limit) for the lock; out, if
 // not nil, is given what the acquire that took it replied besides (a fenced lock's token).
 func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out *acquireOut) (bool, error) {
-	o := &l.o
+	o := l.borrow()
+	ok, err := l.acquireAs(ctx, o, lease, limit, out)
+	switch {
+	case o == &l.o:
+	case ok:
+		l.held.push(o, o.lease.Load())
+	default:
+		l.giveBack(o)
+	}
+	return ok, err
+}
+
+// acquireAs is acquire, as owner o.
+func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.Duration, out *acquireOut) (bool, error) {
 	leaseMs := o.c.leaseMs(lease)
 	if limit == 0 {
-		_, ok, err := l.attempt(ctx, lease, leaseMs, nil, out)
+		_, ok, err := l.attempt(ctx, o, lease, leaseMs, nil, out)
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
@@ -241,14 +336,19 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	// order.
 	join := o.count == 0 && !o.doubtful() && l.fair == nil
 	o.unlock()
-	a := &lockAttempt{l: l, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
-	w := wait{channel: l.wakeCh, policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
+	a := &lockAttempt{l: l, o: o, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
+	w := wait{channel: l.wakeCh(o), policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	if l.fair != nil {
-		// The waiter's own channel: a release may grant it the lock (its token) rather than
-		// tell it to attempt (0).
-		a.token = o.c.newToken()
-		w.policy, w.grant = pubsub.AllPolicy, a.token
-		w.granted = func() (bool, error, bool) { return o.takeGrant(lease, a.requests) }
+		// The waiter's own channel: a release may grant it the lock (the token of its latest
+		// attempt) rather than tell it to attempt (0). A grant for an earlier attempt is
+		// stale: the lock it gave may have lapsed, and gone to another, since.
+		w.policy = pubsub.AllPolicy
+		w.granted = func(msg string) (bool, error, bool) {
+			if msg != a.token {
+				return false, nil, false
+			}
+			return o.takeGrant(lease, a.requests)
+		}
 	} else {
 		w.also = func() string {
 			if a.out.foreign {
@@ -272,15 +372,15 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 		// Taken, unconfirmed and given back (see owner.attempt): the take dropped the
 		// waiter's claim (its place, its Client's registration), and the give-back freed the
 		// lock and woke the next — what a leave would do, at the cost of a third WAIT.
-		o.c.mux.Wake(l.wakeCh)
+		o.c.mux.Wake(l.wakeCh(o))
 	case l.fair != nil:
-		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
+		if got, gerr := l.leave(ctx, o, lease); got || gerr != nil {
 			return got, gerr
 		}
 	default:
 		// Also when the wait ended with Close: the rueidis client is still open then, as
 		// Close's doc asks, and a registration left behind would take a wake from others.
-		l.waitLeft(ctx)
+		l.waitLeft(ctx, o)
 	}
 	return ok, err
 }
@@ -292,25 +392,25 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 // still there attempts again: one that came meanwhile may have registered just before the
 // leave dropped it, and one that queued behind this wait never attempted, so never saw what
 // this one saw (a Redisson holder, whose release only its channel carries).
-func (l *exclusive) waitLeft(ctx context.Context) {
-	o := &l.o
-	if o.c.mux.Waiters(l.wakeCh) == 0 {
+func (l *exclusive) waitLeft(ctx context.Context, o *owner) {
+	if o.c.mux.Waiters(l.clientCh) == 0 {
 		if o.c.beforeLeave != nil {
 			o.c.beforeLeave()
 		}
 		_, _ = o.withdraw(ctx, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
 			[]string{o.c.lockToken, o.c.publishCmd}}, nil)
 	}
-	o.c.mux.Wake(l.wakeCh)
+	o.c.mux.Wake(l.clientCh)
 }
 
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
 // hand-off queue.
 type lockAttempt struct {
 	l        *exclusive
+	o        *owner
 	lease    time.Duration
 	leaseMs  string
-	token    string // a fair lock's: the message with which a release grants this wait the lock
+	token    string // a fair lock's: the message with which a release grants its latest attempt the lock
 	requests uint64 // the owner's request count at this wait's latest attempt
 	// out.foreign: a plain lock's attempt found a holder that is not a latchkey Client;
 	// out.token: a fenced lock's token, once taken.
@@ -319,19 +419,19 @@ type lockAttempt struct {
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
-	return a.l.attempt(ctx, a.lease, a.leaseMs, a, &a.out)
+	return a.l.attempt(ctx, a.o, a.lease, a.leaseMs, a, &a.out)
 }
 
 // attempt makes one attempt, for the waiting acquisition w (nil: a single attempt). A fair
 // lock's waiter takes or keeps its place in the queue, and is told to attempt again within a
 // third of the place's wait time.
-func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs string, w *lockAttempt, out *acquireOut) (int64, bool, error) {
-	o := &l.o
+func (l *exclusive) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, w *lockAttempt, out *acquireOut) (int64, bool, error) {
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
 		if l.fair != nil {
 			token := "0"
 			if w != nil {
 				w.requests = o.requests + 1 // this one
+				w.token = o.c.newToken()
 				token = w.token
 			}
 			return script{lua.FairAcquire, l.keys(),
@@ -341,7 +441,7 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 		if l.tokenKey == "" {
 			keys = keys[:2]
 		}
-		if w != nil && o.c.mux.Subscribed(l.wakeCh) {
+		if w != nil && o.c.mux.Subscribed(l.clientCh) {
 			// A waiter registers its client, so that a release wakes it alone — once it
 			// can hear it: a wake sent to a client not yet subscribed would reach nobody.
 			return script{lua.LockAcquire, keys,
@@ -378,7 +478,27 @@ func (l *exclusive) attempt(ctx context.Context, lease time.Duration, leaseMs st
 //     the handle still holds the lock, but a last hold is no longer renewed and lapses with
 //     its lease unless Unlock is called again.
 func (l *exclusive) Unlock(ctx context.Context) error {
-	o := &l.o
+	if l.reentrant {
+		return l.unlockAs(ctx, &l.o)
+	}
+	if err := l.o.check(ctx); err != nil {
+		return err
+	}
+	o, ok := l.held.pop()
+	if !ok {
+		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
+	}
+	err := l.unlockAs(ctx, o)
+	if o.count > 0 {
+		l.held.unpop(o) // Redis refused the release: the hold is still the handle's
+	} else {
+		l.giveBack(o)
+	}
+	return err
+}
+
+// unlockAs is Unlock, as owner o.
+func (l *exclusive) unlockAs(ctx context.Context, o *owner) error {
 	registered := false // the release registers the Client again, for its waiters left
 	err := o.release(ctx, func(last bool, latch, n string) (script, *heir) {
 		var h *heir
@@ -386,21 +506,20 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 			h = o.c.heirs.reserve(o.name)
 		}
 		var r script
-		r, registered = l.release(o.count, latch, n, h)
+		r, registered = l.release(o, o.count, latch, n, h)
 		registered = registered && last
 		return r, h
 	})
-	if registered && o.c.mux.Waiters(l.wakeCh) == 0 && !o.c.isClosed() {
-		l.waitLeft(ctx) // the waiters it registered for left while it was on its way
+	if registered && o.c.mux.Waiters(l.clientCh) == 0 && !o.c.isClosed() {
+		l.waitLeft(ctx, o) // the waiters it registered for left while it was on its way
 	}
 	return err
 }
 
-// release makes the numbered release of one of holds the owner has in Redis, handing the
-// lock to h if not nil, and reports whether, at the last hold, it registers the Client again
-// for waiters it has left.
-func (l *exclusive) release(holds int, latch, n string, h *heir) (script, bool) {
-	o := &l.o
+// release makes o's numbered release of one of holds it has in Redis, handing the lock to h
+// if not nil, and reports whether, at the last hold, it registers the Client again for
+// waiters it has left.
+func (l *exclusive) release(o *owner, holds int, latch, n string, h *heir) (script, bool) {
 	leaseMs := strconv.FormatInt(o.ttl().Milliseconds(), 10)
 	if l.fair != nil {
 		return script{lua.FairRelease, l.keys(l.channel, latch),
@@ -411,7 +530,7 @@ func (l *exclusive) release(holds int, latch, n string, h *heir) (script, bool) 
 	if h != nil {
 		heirs = 1
 	}
-	left := o.c.mux.Waiters(l.wakeCh) > heirs
+	left := o.c.mux.Waiters(l.clientCh) > heirs
 	args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n,
 		o.c.lockToken, flag(left), o.c.fairWaitMs}
 	if o.c.beforeRelease != nil {
@@ -453,13 +572,17 @@ func (l *exclusive) IsHeld(ctx context.Context) (bool, error) {
 	return n > 0, err
 }
 
-// HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none);
-// the handle's own count of its Lock calls is what its Unlocks follow. When the handle
-// thought it held the lock and Redis says no, the hold is lost: Lost closes.
+// HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none):
+// at most 1 unless the handle is Reentrant. The handle's own count of its Lock calls is what
+// its Unlocks follow. When the handle thought it held the lock and Redis says no, the hold
+// is lost: Lost closes.
 func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
-	o := &l.o
-	if err := o.check(ctx); err != nil {
+	if err := l.o.check(ctx); err != nil {
 		return 0, err
+	}
+	o := l.current()
+	if o == nil {
+		return 0, nil
 	}
 	if err := o.lock(ctx); err != nil {
 		return 0, err
@@ -517,7 +640,12 @@ func (l *exclusive) RemainingTTL(ctx context.Context) (time.Duration, error) {
 // for writes that must never follow a lost lease, have the store check a fencing token. A
 // successful Unlock does not close it. Before the first successful acquisition it returns
 // nil, a channel that never closes.
-func (l *exclusive) Lost() <-chan struct{} { return l.o.lostCh() }
+func (l *exclusive) Lost() <-chan struct{} {
+	if l.reentrant {
+		return l.o.lostCh()
+	}
+	return l.held.lost()
+}
 
 // Valid reports whether the handle's hold is live now: the lease, as last confirmed by
 // Redis, is still ahead by the monotonic clock, and no loss is known. Unlike Lost it is true
@@ -525,9 +653,17 @@ func (l *exclusive) Lost() <-chan struct{} { return l.o.lostCh() }
 // clocks: a fencing token is what makes a write after a lost lease harmless. After Unlock it
 // is false — unless Redis refused the Unlock of the last hold: the handle still holds the
 // lock then, until its lease runs out.
-func (l *exclusive) Valid() bool { return l.o.valid() }
+func (l *exclusive) Valid() bool {
+	o := l.current()
+	return o != nil && o.valid()
+}
 
 // Deadline returns when the handle's hold expires unless renewed, as last confirmed by Redis
 // (the send time of the command that last set its TTL, plus that TTL), and false when the
 // handle holds nothing or its lease is lost.
-func (l *exclusive) Deadline() (time.Time, bool) { return l.o.deadline() }
+func (l *exclusive) Deadline() (time.Time, bool) {
+	if o := l.current(); o != nil {
+		return o.deadline()
+	}
+	return time.Time{}, false
+}

@@ -87,7 +87,7 @@ func TestReentryWithShortLeaseStaysKept(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(3*time.Second)) // renews every 1 s
-		mu := c.Lock("reenter-short")
+		mu := c.Lock("reenter-short", Reentrant())
 		if err := mu.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +214,7 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 			}
 		})
 		t.Run("refused", func(t *testing.T) {
-			mu := c.Lock("unlock-refused")
+			mu := c.Lock("unlock-refused", Reentrant())
 			must(t, mu.Lock(ctx))
 			must(t, mu.Lock(ctx))
 			must(t, mu.Unlock(ctx)) // makes the handle's latch
@@ -265,7 +265,7 @@ func TestLatchesDoNotLinger(t *testing.T) {
 				}
 			}
 		}
-		mu := c.Lock("latches")
+		mu := c.Lock("latches", Reentrant())
 		for i := 0; i < 50; i++ {
 			cycle(mu)
 			if n := latches(); n != 1 {
@@ -276,7 +276,7 @@ func TestLatchesDoNotLinger(t *testing.T) {
 			t.Fatalf("latch PTTL %d, want it to expire by itself", ttl)
 		}
 		for i := range 20 { // handles made per request, as services do, and dropped
-			cycle(c.Lock("latches:" + strconv.Itoa(i)))
+			cycle(c.Lock("latches:"+strconv.Itoa(i), Reentrant()))
 		}
 		runtime.KeepAlive(mu)
 		eventually(t, 5*time.Second, "the latches of collected handles deleted", func() bool {
@@ -319,7 +319,7 @@ func TestCloseSparesLatchOfRunningUnlock(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, rdb := newClient(t, b.Addr)
-		idle, busy := c.Lock("close-idle"), c.Lock("close-busy")
+		idle, busy := c.Lock("close-idle", Reentrant()), c.Lock("close-busy", Reentrant())
 		for _, mu := range []*Lock{idle, busy} {
 			must(t, mu.Lock(ctx))
 			must(t, mu.Unlock(ctx))
@@ -363,7 +363,7 @@ func TestCloseDuringAcquireGivesTheHoldBack(t *testing.T) {
 			holder := hc.FairLock(name)
 			must(t, holder.Lock(ctx))
 			c, _ := newClient(t, b.Addr)
-			w := c.FairLock(name)
+			w := c.FairLock(name, Reentrant())
 			var once gosync.Once
 			c.afterAcquire = func() { // the waiter queued; the holder grants it the lock, and its Client closes
 				once.Do(func() {

@@ -85,7 +85,7 @@ func TestReentrancy(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(time.Minute))
-		mu := c.Lock("reentrant")
+		mu := c.Lock("reentrant", Reentrant())
 		holdCount := func() int {
 			n, err := mu.HoldCount(ctx)
 			if err != nil {
@@ -138,7 +138,7 @@ func TestNonOwnerUnlock(t *testing.T) {
 		ctx := testCtx(t, 10*time.Second)
 		c1, rdb := newClient(t, b.Addr)
 		c2, _ := newClient(t, b.Addr)
-		owner := c1.Lock("shared")
+		owner := c1.Lock("shared", Reentrant())
 		if err := owner.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -444,7 +444,7 @@ func TestUnlockReplyLost(t *testing.T) {
 		c, _ := newClient(t, proxy.Addr())
 		admin := b.Client(t)
 		warmScripts(t, ctx, c)
-		mu := c.Lock("lossy")
+		mu := c.Lock("lossy", Reentrant())
 		for i := 0; i < 2; i++ {
 			if err := mu.Lock(ctx); err != nil {
 				t.Fatal(err)
@@ -489,7 +489,7 @@ func TestAcquireReplyLostIsAdopted(t *testing.T) {
 		c, _ := newClient(t, proxy.Addr())
 		admin := b.Client(t)
 		warmScripts(t, ctx, c)
-		mu := c.Lock("lost-acquire")
+		mu := c.Lock("lost-acquire", Reentrant())
 		count := func() int64 {
 			n, err := admin.Do(ctx, admin.B().Hget().Key("lost-acquire").Field(mu.Owner()).Build()).AsInt64()
 			if err != nil {
@@ -767,7 +767,7 @@ func TestLeasesOnlyGrow(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
-		mu := c.Lock("grow")
+		mu := c.Lock("grow", Reentrant())
 		atLeast := func(what string, min time.Duration) {
 			t.Helper()
 			if ms := pttl(t, rdb, "grow"); time.Duration(ms)*time.Millisecond < min {

@@ -40,8 +40,9 @@ func (r rwReader) where() string { return r.l.where() }
 
 // Multi takes several locks as one, all or none (Redisson's RedissonMultiLock), over any mix
 // of lock handles — of one Client or several, on one Redis or several. It makes no key of
-// its own: each lock keeps its own key, channel and lease. Make one with MultiLock; it is
-// not safe for concurrent use (it holds, or not, as one owner).
+// its own: each lock keeps its own key, channel and lease. Make one with MultiLock. Like its
+// locks, it is a mutex: safe for concurrent use, goroutines sharing it exclude each other,
+// and each Unlock, from any goroutine, ends the oldest hold.
 //
 // An acquisition takes the locks in the order given, each with its own wait. When one is not
 // taken, every lock taken so far is released (all at once, as is every release) and, while
@@ -51,8 +52,13 @@ func (r rwReader) where() string { return r.l.where() }
 type Multi struct {
 	locks []Locker
 	err   error // bad input, reported by every call
-	held  []Locker
-	red   bool      // a red lock: a quorum is enough
+	red   bool  // a red lock: a quorum is enough
+	held  holds[*multiHold]
+}
+
+// A multiHold is one acquisition of a Multi: the locks it took.
+type multiHold struct {
+	locks []Locker
 	until time.Time // a red lock's validity, with a lease
 }
 
@@ -151,9 +157,6 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 	if err := m.check(ctx); err != nil {
 		return false, err
 	}
-	if len(m.held) > 0 {
-		return false, fmt.Errorf("%w: the multi-lock is held already", ErrInvalidArgument)
-	}
 	var lease []TryLockOption
 	if cfg.leaseSet {
 		lease = []TryLockOption{Lease(cfg.lease)}
@@ -165,14 +168,16 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 		if m.red {
 			round = m.redRound
 		}
-		ok, err := round(ctx, lease, wait, deadline)
+		h := &multiHold{}
+		ok, err := round(ctx, h, lease, wait, deadline)
 		if err != nil {
-			return false, errors.Join(err, m.release(ctx, true))
+			return false, errors.Join(err, m.release(ctx, h, true))
 		}
-		if ok && !m.expired(cfg, start) {
+		if ok && !m.expired(h, cfg, start) {
+			m.held.push(h, nil)
 			return true, nil
 		}
-		if err := m.release(ctx, true); err != nil {
+		if err := m.release(ctx, h, true); err != nil {
 			return false, err
 		}
 		if wait <= 0 || time.Until(deadline) <= 0 {
@@ -183,7 +188,7 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 
 // round takes the locks one after another, each waiting up to the deadline (with a wait),
 // and stops at the first not taken.
-func (m *Multi) round(ctx context.Context, lease []TryLockOption, wait time.Duration, deadline time.Time) (bool, error) {
+func (m *Multi) round(ctx context.Context, h *multiHold, lease []TryLockOption, wait time.Duration, deadline time.Time) (bool, error) {
 	for _, l := range m.locks {
 		opts := lease
 		if wait > 0 {
@@ -196,7 +201,7 @@ func (m *Multi) round(ctx context.Context, lease []TryLockOption, wait time.Dura
 		if !ok {
 			return false, nil
 		}
-		m.held = append(m.held, l)
+		h.locks = append(h.locks, l)
 	}
 	return true, nil
 }
@@ -205,7 +210,7 @@ func (m *Multi) round(ctx context.Context, lease []TryLockOption, wait time.Dura
 // slowest master's answer, not the sum of all. Each gets its share of the wait left (as in
 // Redisson's red lock, whose masters are asked one after another), and at least redMinWait
 // to answer; one that fails counts as a refusal.
-func (m *Multi) redRound(ctx context.Context, lease []TryLockOption, _ time.Duration, deadline time.Time) (bool, error) {
+func (m *Multi) redRound(ctx context.Context, h *multiHold, lease []TryLockOption, _ time.Duration, deadline time.Time) (bool, error) {
 	n := len(m.locks)
 	share := max(time.Until(deadline)/time.Duration(n), 0)
 	opts := append(slices.Clip(lease), WaitTime(share))
@@ -215,13 +220,13 @@ func (m *Multi) redRound(ctx context.Context, lease []TryLockOption, _ time.Dura
 	all(n, func(i int) { taken[i], _ = m.locks[i].TryLock(lctx, opts...) })
 	for i, ok := range taken {
 		if ok {
-			m.held = append(m.held, m.locks[i])
+			h.locks = append(h.locks, m.locks[i])
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	return len(m.held) >= n/2+1, nil
+	return len(h.locks) >= n/2+1, nil
 }
 
 // redMinWait is the least a red lock gives one master to answer.
@@ -231,17 +236,16 @@ const redMinWait = 50 * time.Millisecond
 // taken first whose lease ran out meanwhile (a multi-lock), or, for a red lock with a lease,
 // no validity left (lease − elapsed − drift, the Redlock write-up's drift being
 // lease × 1 % + 2 ms), which it records as its deadline.
-func (m *Multi) expired(cfg lockConfig, start time.Time) bool {
+func (m *Multi) expired(h *multiHold, cfg lockConfig, start time.Time) bool {
 	if m.red {
 		if !cfg.leaseSet {
-			m.until = time.Time{}
 			return false
 		}
 		drift := cfg.lease/100 + 2*time.Millisecond
-		m.until = start.Add(cfg.lease - drift)
-		return !time.Now().Before(m.until)
+		h.until = start.Add(cfg.lease - drift)
+		return !time.Now().Before(h.until)
 	}
-	for _, l := range m.held {
+	for _, l := range h.locks {
 		if !l.Valid() {
 			return true
 		}
@@ -253,16 +257,16 @@ func (m *Multi) expired(cfg lockConfig, start time.Time) bool {
 // (rollback), not a hold found gone (a lease that ran out during the wait is what failed the
 // round), nor, for a red lock, any: a master that cannot be reached is what a red lock
 // allows for, and its hold lapses with its lease.
-func (m *Multi) release(ctx context.Context, rollback bool) error {
-	errs := make([]error, len(m.held))
-	all(len(m.held), func(i int) { // all at once, as Redisson's unlock does
-		err := m.held[i].Unlock(ctx)
+func (m *Multi) release(ctx context.Context, h *multiHold, rollback bool) error {
+	errs := make([]error, len(h.locks))
+	all(len(h.locks), func(i int) { // all at once, as Redisson's unlock does
+		err := h.locks[i].Unlock(ctx)
 		// (A release that stood unconfirmed rolled back all the same.)
 		if err != nil && !(rollback && (m.red || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrNotReplicated))) {
 			errs[i] = err
 		}
 	})
-	m.held = m.held[:0]
+	h.locks = h.locks[:0]
 	return errors.Join(errs...)
 }
 
@@ -279,16 +283,18 @@ func all(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// Unlock releases every lock, whatever fails, and reports every failure (errors.Join; each
-// is as its lock's Unlock reports it). It returns ErrNotHeld if the multi-lock is not held.
+// Unlock releases every lock of the oldest hold, whatever fails, and reports every failure
+// (errors.Join; each is as its lock's Unlock reports it). It returns ErrNotHeld if the
+// multi-lock is not held.
 func (m *Multi) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	if len(m.held) == 0 {
+	h, ok := m.held.pop()
+	if !ok {
 		return fmt.Errorf("%w: the multi-lock is not held", ErrNotHeld)
 	}
-	return m.release(ctx, false)
+	return m.release(ctx, h, false)
 }
 
 // Reader returns the read lock of l as a Locker, for a MultiLock: its TryLock is TryRLock,
@@ -306,12 +312,12 @@ func (r rwReader) TryLock(ctx context.Context, opts ...TryLockOption) (bool, err
 	return r.l.TryRLock(ctx, opts...)
 }
 func (r rwReader) Unlock(ctx context.Context) error { return r.l.RUnlock(ctx) }
-func (r rwReader) Valid() bool                      { return r.l.r.valid() }
+func (r rwReader) Valid() bool                      { return r.l.valid(false) }
 func (r rwReader) Name() string                     { return r.l.Name() }
 
 // Valid reports whether the handle's write hold is live now: its lease, as last confirmed
 // by Redis, is ahead by the monotonic clock (see Lock.Valid).
-func (l *RWLock) Valid() bool { return l.w.valid() }
+func (l *RWLock) Valid() bool { return l.valid(true) }
 
 // RedLock returns a Multi that takes a quorum of locks on independent Redis masters — at
 // least 3, one lock each — rather than all of them: the Redlock algorithm (Redisson's
@@ -341,8 +347,9 @@ func RedLock(locks ...Locker) *Multi {
 // acquisition's time and the drift), and false otherwise (not held, no lease, or a
 // multi-lock, whose members' Deadlines tell).
 func (m *Multi) Deadline() (time.Time, bool) {
-	if !m.red || len(m.held) == 0 || m.until.IsZero() {
+	h, ok := m.held.newest()
+	if !m.red || !ok || h.until.IsZero() {
 		return time.Time{}, false
 	}
-	return m.until, true
+	return h.until, true
 }

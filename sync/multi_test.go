@@ -33,8 +33,14 @@ func TestMultiLockAllOrNothing(t *testing.T) {
 				t.Fatalf("%s not held after Lock", n)
 			}
 		}
-		if err := m.Lock(ctx); !errors.Is(err, ErrInvalidArgument) {
-			t.Fatalf("Lock of a held multi-lock: %v, want an error", err)
+		// A mutex: a second acquisition through the same Multi waits for the first's Unlock.
+		if ok, err := m.TryLock(ctx); ok || err != nil {
+			t.Fatalf("TryLock of a held multi-lock: %v, %v; want false, nil", ok, err)
+		}
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if err := m.Lock(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock of a held multi-lock: %v, want it to wait until its context ends", err)
 		}
 		must(t, m.Unlock(ctx))
 		for _, n := range names {

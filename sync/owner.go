@@ -205,7 +205,7 @@ func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []s
 // a primitive without holds (a semaphore, a countdown latch) makes each state change safe
 // to repeat. The owner has no request of unknown outcome (pool.request lends none). When
 // this one's outcome stays unknown it is kept in o.unsettled, to be repeated (see
-// pool.settle) with the arguments cancel makes of its own, if cancel is not nil. When too
+// settleLater) with the arguments cancel makes of its own, if cancel is not nil. When too
 // few replicas confirmed it (WithSyncReplicas), it is withdrawn so at once, and the error
 // wraps ErrNotReplicated; a withdrawal that gets no reply, or is refused, stays unsettled
 // and is repeated too. A release (ctx without cancellation) is repeated within the retry
@@ -254,7 +254,7 @@ func (p *pool) init(c *Client, name, what string) {
 }
 
 // request is owner.request on an idle owner. A request whose outcome stays unknown is
-// settled in the background (settle), and its owner comes back only then.
+// settled in the background (settleLater), and its owner comes back only then.
 func (p *pool) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
 	p.mu.Lock()
 	var o *owner
@@ -265,11 +265,7 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 	}
 	p.mu.Unlock()
 	msg, err := o.request(ctx, req, cancel)
-	if o.unsettled != nil {
-		go p.settle(o)
-	} else {
-		p.put(o)
-	}
+	p.c.giveBack(o, p.put)
 	return msg, err
 }
 
@@ -291,46 +287,6 @@ func (p *pool) put(o *owner) {
 	p.mu.Lock()
 	p.idle = append(p.idle, o)
 	p.mu.Unlock()
-}
-
-// settle repeats o's request of unknown outcome, with backoff, until Redis answers: a
-// semaphore's or latch's request has no holder whose next call could settle it, and that
-// call may never come, or come after the request's mark expired and act twice. It gives up
-// when the Client closes, and before the mark may expire: the outcome then stays unknown
-// for good, which it logs.
-func (p *pool) settle(o *owner) {
-	c := o.c
-	ctx, cancel := context.WithDeadline(context.Background(), o.unsettled.sent.Add(unlockLatch-settleMargin))
-	defer cancel()
-	_ = o.lock(ctx) // free: no one else has o
-	if c.isClosed() {
-		// Closed before the lock was taken: the janitor may have deleted o's latch, and a
-		// repeat would find no mark.
-		c.log.Warn("a request's outcome stays unknown: the Client closed", zap.String("name", o.name))
-		o.unlock()
-		return
-	}
-	backoff := retryBackoff
-	for {
-		err := o.settle(ctx)
-		if err == nil {
-			o.unlock()
-			p.put(o)
-			return
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		case <-c.closed:
-		}
-		if ctx.Err() != nil || c.isClosed() {
-			c.log.Warn("a request's outcome stays unknown; it is no longer repeated",
-				zap.String("name", o.name), zap.Error(err))
-			o.unlock()
-			return
-		}
-		backoff = min(backoff*2, maxBackoff)
-	}
 }
 
 // settle repeats a request whose outcome is unknown (retried within the budget and ctx). Until
@@ -680,7 +636,7 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 	case unknown:
 		// The hold counts as given up: a last one is no longer renewed or timed (Redis frees
 		// it by its lease at the latest), and the handle holds nothing it could call valid.
-		o.count = max(o.count-1, 0)
+		o.setCount(max(o.count-1, 0))
 		return err
 	case err != nil:
 		// Refused: nothing ran, and the handle still holds the lock; a last hold is no
@@ -695,12 +651,12 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 		}
 		return o.lost("the release found the lock gone")
 	case inner:
-		o.count--
+		o.setCount(o.count - 1)
 		if unconfirmed == nil { // unconfirmed, the TTL it set is not one a failover keeps
 			lease.Hold(sent, o.ttl(), false)
 		}
 	default:
-		o.count = 0
+		o.setCount(0)
 	}
 	if lostBefore {
 		// Released, but the lease had been lost before: the critical section was not
@@ -758,7 +714,7 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 	if o.count == 0 {
 		o.run = run
 	}
-	o.count++
+	o.setCount(o.count + 1)
 	o.leaseD = lease
 	keep := lease == 0
 	// A lease not lost is reused from hold to hold: its Lost channel is still open, and a
@@ -776,15 +732,32 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 		o.lease.Store(l)
 	}
 	if !o.valid() {
-		return o.lost("the lease ran out before the acquire returned")
+		first := o.count == 1
+		err := o.lost("the lease ran out before the acquire returned")
+		if first {
+			o.giveBackLater()
+		}
+		return err
 	}
 	return nil
+}
+
+// giveBackLater queues the release of a new hold the owner does not report — its lease,
+// timed from the first run of the acquire, ran out before the acquire returned — as a
+// request of unknown outcome: Redis may have the hold still, with the TTL of a later run
+// (an acquire repeated across an outage), and nobody to release it. It goes out before the
+// owner's next request, or in the background for an owner lent to an acquisition (see
+// Client.giveBack). Caller holds op.
+func (o *owner) giveBackLater() {
+	latch, n := o.nextRequest()
+	r := o.releaser(1, latch, n)
+	o.unsettled = &request{script: r.s, keys: r.keys, args: r.args, sent: time.Now()}
 }
 
 // lost records that the owner's hold is gone from Redis: Lost closes, and the error to
 // return says so. Caller holds op.
 func (o *owner) lost(reason string) error {
-	o.count = 0
+	o.setCount(0)
 	if l := o.lease.Load(); l != nil {
 		l.Lose(reason)
 	}

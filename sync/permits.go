@@ -138,6 +138,7 @@ func (p *Permits) Release(ctx context.Context) error {
 		p.released.Store(false)
 		return err
 	}
+	p.s.p.c.permitsHeld.remove(p)
 	if replied(err) && live >= 0 && live < len(p.ids) {
 		// Expired (and maybe reclaimed), or released by ID by another handle or process: the
 		// script cannot tell a reclaimed permit from a released one.
@@ -240,8 +241,12 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 	p := &Permits{s: s, ids: ids, lease: c.wd.Start(c.permitKind, s.p.name, strings.Join(ids, ""), sent, ttl, lease == 0)}
 	if !p.Valid() {
 		p.lease.Lose("the lease ran out before the acquire returned")
+		// A repeat of the acquire may have set a lease later than the one timed here: the
+		// permits go back rather than wait for it (the release settles in the background).
+		go func() { _, _ = s.release(context.WithoutCancel(ctx), ids) }()
 		return nil, false, s.p.wrap(tag("lease lost: the permits' lease ran out before the acquire returned", ErrLockLost, ErrNotHeld))
 	}
+	c.permitsHeld.add(p)
 	return p, true, nil
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 func TestReadmeQuickStart(t *testing.T) {
@@ -28,7 +30,26 @@ func TestReadmeQuickStart(t *testing.T) {
 	b := redistest.Redis(t) // the snippet dials with default options, which miniredis refuses
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := sellOne(ctx, b.Addr); err != nil {
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{b.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	shop, err := NewShop(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shop.locks.Close()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			if err := shop.SellOne(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := shop.WriteReport(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

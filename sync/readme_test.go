@@ -13,30 +13,37 @@ import (
 	"github.com/redis/rueidis"
 )
 
-func sellOne(ctx context.Context, addr string) (err error) {
-	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
+// Shop is one service instance: its request goroutines share one lock handle, which
+// excludes them as a sync.Mutex would, and excludes every other instance's too.
+type Shop struct {
+	locks *dsync.Client
+	stock *dsync.Lock
+}
+
+func NewShop(rdb rueidis.Client) (*Shop, error) {
 	c, err := dsync.New(rdb) // one Client per process: it runs the watchdog and the subscriptions
 	if err != nil {
+		return nil, err
+	}
+	return &Shop{locks: c, stock: c.Lock("stock:42")}, nil
+}
+
+func (s *Shop) SellOne(ctx context.Context) (err error) {
+	if err := s.stock.Lock(ctx); err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { err = errors.Join(err, s.stock.Unlock(ctx)) }()
+	// The critical section: read the stock, decide, write it. Check s.stock.Valid() right
+	// before each step that must not run unprotected; <-s.stock.Lost() closes once the
+	// lease is found lost.
+	return nil
+}
 
-	mu := c.Lock("stock:42") // one handle per goroutine or request: the handle is the owner
-	if err := mu.Lock(ctx); err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, mu.Unlock(ctx)) }()
-	// The critical section. Check mu.Valid() right before each step that must not run
-	// unprotected; <-mu.Lost() closes once the lease is found lost.
-
-	report := c.Lock("report:daily")
+func (s *Shop) WriteReport(ctx context.Context) error {
+	report := s.locks.Lock("report:daily")
 	ok, err := report.TryLock(ctx, dsync.WaitTime(200*time.Millisecond), dsync.Lease(10*time.Second))
 	if err != nil || !ok {
-		return err // busy: someone else is writing the report
+		return err // busy: another instance is writing the report
 	}
 	return report.Unlock(ctx)
 }

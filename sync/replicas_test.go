@@ -155,12 +155,12 @@ func TestSyncReplicasReplicaStopped(t *testing.T) {
 		return n == 1
 	}
 
-	held := c.Lock("held")
+	held := c.Lock("held", Reentrant())
 	must(t, held.Lock(ctx, Lease(time.Minute)))
 	if !onReplica("held", held.Owner()) {
 		t.Fatal("Lock returned before the replica had the hold")
 	}
-	fair := c.FairLock("fair-held")
+	fair := c.FairLock("fair-held", Reentrant())
 	must(t, fair.Lock(ctx))
 	if !onReplica("fair-held", fair.Owner()) {
 		t.Fatal("FairLock.Lock returned before the replica had the hold")
@@ -180,7 +180,7 @@ func TestSyncReplicasReplicaStopped(t *testing.T) {
 		t.Fatal("a granted FairLock.Lock returned before the replica had the hold")
 	}
 	must(t, next.Unlock(ctx))
-	rw := c.RWLock("rw-held")
+	rw := c.RWLock("rw-held", Reentrant())
 	must(t, rw.RLock(ctx))
 	if !onReplica("rw-held", rw.Owner()) {
 		t.Fatal("RLock returned before the replica had the hold")
@@ -193,7 +193,7 @@ func TestSyncReplicasReplicaStopped(t *testing.T) {
 		t.Fatalf("the replica's permits after a confirmed Acquire: %d, %v; want 1", n, err)
 	}
 	must(t, sem.Release(ctx, 1))
-	kept := c.Lock("kept") // by the watchdog, whose renewals go unconfirmed below
+	kept := c.Lock("kept", Reentrant()) // by the watchdog, whose renewals go unconfirmed below
 	must(t, kept.Lock(ctx))
 
 	replica.Stop()
@@ -266,7 +266,7 @@ func TestSyncReplicasFairGrantUnconfirmed(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	c1, rdb := newClient(t, master.Addr, WithSyncReplicas(1, 100*time.Millisecond))
 	c2, _ := newClient(t, master.Addr, WithSyncReplicas(1, 100*time.Millisecond))
-	first, next := c1.FairLock("grant"), c2.FairLock("grant")
+	first, next := c1.FairLock("grant"), c2.FairLock("grant", Reentrant())
 	must(t, first.Lock(ctx))
 	granted := make(chan error, 1)
 	go func() { granted <- next.Lock(ctx) }()
@@ -275,7 +275,7 @@ func TestSyncReplicasFairGrantUnconfirmed(t *testing.T) {
 	// 10 ms apart: a waiter that has just taken its wake-up looks parked for a moment.)
 	parked := func() bool {
 		n, err := rdb.Do(ctx, rdb.B().Llen().Key("redisson_lock_queue:{grant}").Build()).AsInt64()
-		return err == nil && n == 1 && c2.mux.Subscribed(next.wakeCh) && c2.mux.Pending(next.wakeCh) == 0 && len(next.o.op) == 0
+		return err == nil && n == 1 && c2.mux.Subscribed(next.wakeCh(&next.o)) && c2.mux.Pending(next.wakeCh(&next.o)) == 0 && len(next.o.op) == 0
 	}
 	eventually(t, 5*time.Second, "the second handle parks", func() bool {
 		if !parked() {
@@ -304,7 +304,7 @@ func TestSyncReplicasFailoverNeverOutlivesTheReplica(t *testing.T) {
 	master, link, replica := replicaBehindProxy(t)
 	ctx := testCtx(t, 30*time.Second)
 	c, _ := newClient(t, master.Addr, WithSyncReplicas(1, 50*time.Millisecond))
-	l := c.Lock("failover")
+	l := c.Lock("failover", Reentrant())
 	must(t, l.Lock(ctx, Lease(1500*time.Millisecond)))
 	must(t, l.Lock(ctx, Lease(1500*time.Millisecond)))
 	d0, _ := l.Deadline()

@@ -95,7 +95,7 @@ func TestReviewS1RefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		other, _ := newClient(t, b.Addr)
 		admin := b.Client(t)
-		l = c.Lock(name)
+		l = c.Lock(name, Reentrant())
 		if ok, err := l.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
 			t.Fatalf("TryLock: %v, %v", ok, err)
 		}
@@ -149,7 +149,7 @@ func TestReviewS1RefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 		if n := hget(t, ctx, admin, name, l.Owner()); n != 1 {
 			t.Fatalf("hold count in Redis %d, want 1", n)
 		}
-		if ok, err := other.Lock(name).TryLock(ctx); ok || err != nil {
+		if ok, err := other.Lock(name, Reentrant()).TryLock(ctx); ok || err != nil {
 			t.Fatalf("another Client's TryLock while the handle holds the lock: %v, %v; want false, nil", ok, err)
 		}
 		if !l.Valid() {
@@ -171,7 +171,7 @@ func TestReviewS1NewHoldStopsLapsingLease(t *testing.T) {
 		ctx := testCtx(t, 10*time.Second)
 		const name = "review-s1-took"
 		c, admin := newClient(t, b.Addr)
-		l := c.Lock(name)
+		l := c.Lock(name, Reentrant())
 		if ok, err := l.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
 			t.Fatalf("TryLock: %v, %v", ok, err)
 		}
@@ -224,8 +224,8 @@ func TestReviewS2NoHandoffToHandleWithUnsettledRelease(t *testing.T) {
 		admin := b.Client(t)
 		other, _ := newClient(t, b.Addr)
 		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
-		a := c.Lock(name)
-		h = c.Lock(name)
+		a := c.Lock(name, Reentrant())
+		h = c.Lock(name, Reentrant())
 		must(t, a.Lock(ctx))
 		hDone := startLock(ctx, h) // G1: waits as an heir
 		settled(t, c, name, 1)
@@ -258,7 +258,7 @@ func TestReviewS2NoHandoffToHandleWithUnsettledRelease(t *testing.T) {
 		if n := hget(t, ctx, admin, name, h.Owner()); n != 2 || !h.Valid() {
 			t.Fatalf("h's hold count in Redis %d, Valid %v; want 2, true", n, h.Valid())
 		}
-		if ok, err := other.Lock(name).TryLock(ctx); ok || err != nil {
+		if ok, err := other.Lock(name, Reentrant()).TryLock(ctx); ok || err != nil {
 			t.Fatalf("another Client's TryLock while h holds the lock: %v, %v; want false, nil", ok, err)
 		}
 		must(t, h.Unlock(ctx))
@@ -299,8 +299,8 @@ func TestReviewS4NoHandoffToBusyHandle(t *testing.T) {
 		admin := b.Client(t)
 		other, _ := newClient(t, b.Addr)
 		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
-		a := c.Lock(name)
-		h = c.Lock(name)
+		a := c.Lock(name, Reentrant())
+		h = c.Lock(name, Reentrant())
 		must(t, a.Lock(ctx))
 		hDone := startLock(ctx, h) // G1: waits as an heir
 		settled(t, c, name, 1)
@@ -332,7 +332,7 @@ func TestReviewS4NoHandoffToBusyHandle(t *testing.T) {
 		if got := sub.published(t, ctx); len(got) != 1 {
 			t.Fatalf("a's release published %q: want the lock freed (one message), not handed to h", got)
 		}
-		if ok, err := other.Lock(name).TryLock(ctx); ok || err != nil {
+		if ok, err := other.Lock(name, Reentrant()).TryLock(ctx); ok || err != nil {
 			t.Fatalf("another Client's TryLock while h holds the lock: %v, %v; want false, nil", ok, err)
 		}
 		must(t, h.Unlock(ctx))
@@ -356,12 +356,12 @@ func TestReviewS3UnlockOfNothingDoesNotReviveLease(t *testing.T) {
 				c, _ := newClient(t, proxy.Addr(), WithRetryBudget(100*time.Millisecond))
 				other, _ := newClient(t, b.Addr)
 				admin := b.Client(t)
-				h := c.Lock(name)
+				h := c.Lock(name, Reentrant())
 				if ok, err := h.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
 					t.Fatalf("TryLock: %v, %v", ok, err)
 				}
 				must(t, h.Unlock(ctx))
-				o := other.Lock(name)
+				o := other.Lock(name, Reentrant())
 				if ok, err := o.TryLock(ctx); !ok || err != nil {
 					t.Fatalf("another Client's TryLock of the free lock: %v, %v", ok, err)
 				}
@@ -408,7 +408,7 @@ func TestReviewS5LostLeaseStaysLostWhenFieldIsBack(t *testing.T) {
 				name := "review-s5-" + call
 				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
 				admin := b.Client(t)
-				l := c.Lock(name)
+				l := c.Lock(name, Reentrant())
 				must(t, l.Lock(ctx))
 				lost := l.Lost()
 				must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
@@ -456,7 +456,7 @@ func TestReviewL1ExecStopsRetryingWhenClosed(t *testing.T) {
 		proxy := redistest.NewProxy(t, b.Addr)
 		core, logs := observer.New(zapcore.DebugLevel)
 		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(budget), WithLogger(zap.New(core)))
-		l := c.Lock("review-l1")
+		l := c.Lock("review-l1", Reentrant())
 		if ok, err := l.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
 			t.Fatalf("TryLock: %v, %v", ok, err)
 		}
@@ -516,7 +516,7 @@ func TestReviewHeirLeavingDuringUnknownHandoffAdopts(t *testing.T) {
 		must(t, err)
 		t.Cleanup(func() { c.Close() })
 		warmScripts(t, ctx, c) // so that the held-back EVALSHA runs, not NOSCRIPT
-		a, h := c.Lock(name), c.Lock(name)
+		a, h := c.Lock(name, Reentrant()), c.Lock(name, Reentrant())
 		aOwner.Store(a.Owner())
 		must(t, a.Lock(ctx))
 		hctx, cancel := context.WithCancel(ctx)
@@ -559,7 +559,7 @@ func TestReviewReentryLosingLeaseInFlightIsLost(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		c, _ := newClient(t, b.Addr)
-		l := c.Lock("review-reentry-lost")
+		l := c.Lock("review-reentry-lost", Reentrant())
 		must(t, l.Lock(ctx))
 		lost := l.Lost()
 		c.afterAcquire = func() { l.o.lease.Load().Lose("test: lost while the re-entry was on its way") }

@@ -25,46 +25,107 @@ import (
 // fleet Java readers can still keep a writer waiting.) A reader re-entering, or taking a
 // read lock under its own write lock, never waits.
 //
-// The handle is one owner, as Lock's is: its read and write holds each nest, and each Lock
-// or RLock is matched by one Unlock or RUnlock. Holding the write lock, it may take read
-// locks too (a downgrade, as in Redisson); holding only read locks, it may not take the
-// write lock: Lock and TryLock return ErrWouldDeadlock at once (Redisson would wait for
-// ever). Nor should a goroutine holding a read lock take another through a second handle:
-// behind a waiting writer, that reader waits for a writer that waits for it.
+// A handle is safe for concurrent use, and goroutines sharing it exclude each other as they
+// would through one sync.RWMutex: each RLock and Lock takes its hold as an owner of its own,
+// each RUnlock ends the oldest read hold and each Unlock the oldest write hold, from any
+// goroutine. As with sync.RWMutex, a goroutine holding a read lock must not take another
+// while a writer may be waiting (the writer waits for it, the new reader for the writer).
+// Made Reentrant, the handle is one owner, as Lock's is: its read and write holds each nest.
+// Holding the write lock, it may take read locks too (a downgrade, as in Redisson); holding
+// only read locks, it may not take the write lock: Lock and TryLock return ErrWouldDeadlock
+// at once (Redisson would wait for ever).
 //
 // Leases, contexts, unknown outcomes and Lost work as for Lock; read holds are renewed by
 // their own watchdog kind, which renews each hold's timeout key. Waiters neither queue
 // locally nor are handed the lock: every release wakes every local waiter, and each attempts.
 type RWLock struct {
-	r, w     owner  // the reader (field <owner>) and the writer (<owner>:write)
-	channel  string // redisson_rwlock:{name}
-	writers  string // waiting writers' claims
+	// rwPair names the handle and checks its calls; made Reentrant, it is the handle's one
+	// owner pair.
+	rwPair
+	reentrant bool
+	reads     holds[*rwPair] // a mutex handle's read holds
+	writes    holds[*rwPair] // a mutex handle's write holds
+	channel   string         // redisson_rwlock:{name}
+	writers   string         // waiting writers' claims
+	prefix    string         // the lock's key prefix, before :<owner>:rwlock_timeout
+}
+
+// An rwPair is one owner of a read-write lock: its reader (field <owner>) and its writer
+// (<owner>:write).
+type rwPair struct {
+	r, w     owner
 	timeouts string // the reader's timeout key prefix
-	prefix   string // the lock's key prefix, before :<owner>:rwlock_timeout
 }
 
 // RWLock returns a handle on the read-write lock called name (the Redis key of its hash). It
-// makes no network call; an empty name is reported by the handle's methods.
-func (c *Client) RWLock(name string) *RWLock {
+// makes no network call; an empty name or a bad option is reported by the handle's methods.
+func (c *Client) RWLock(name string, opts ...HandleOption) *RWLock {
 	l := &RWLock{channel: prefixName("redisson_rwlock", name), writers: suffixName(name, "rwlock_writers")}
-	l.r.init(c, name, "read-write lock", c.readKind)
-	l.w.init(c, name, "read-write lock", c.lockKind)
-	l.w.id = l.r.id + ":write"
-	l.r.releaser, l.w.releaser = l.readRelease, l.writeRelease
-	l.timeouts = readTimeouts(name, l.r.id)
 	l.prefix = strings.TrimSuffix(suffixName(name, ""), ":")
+	cfg, err := handleOptions(opts)
+	l.reentrant = cfg.reentrant
+	l.pair(c, name, &l.rwPair)
+	if l.r.err == nil {
+		l.r.err = err
+	}
 	return l
+}
+
+// pair makes p a fresh owner pair of the lock called name.
+func (l *RWLock) pair(c *Client, name string, p *rwPair) {
+	p.r.init(c, name, "read-write lock", c.readKind)
+	p.w.init(c, name, "read-write lock", c.lockKind)
+	p.w.id = p.r.id + ":write"
+	p.r.releaser = func(holds int, latch, n string) script { return l.readRelease(p, holds, latch, n) }
+	p.w.releaser = func(holds int, latch, n string) script { return l.writeRelease(p, holds, latch, n) }
+	p.timeouts = readTimeouts(name, p.r.id)
 }
 
 // readTimeouts is the prefix of owner's read hold timeout keys on the lock called name.
 func readTimeouts(name, owner string) string { return suffixName(name, owner) + ":rwlock_timeout" }
 
+// borrow returns the owner pair an acquisition takes its hold as: a Reentrant handle's own,
+// or else an idle pair of the Client's for the name (see lender).
+func (l *RWLock) borrow() *rwPair {
+	if l.reentrant {
+		return &l.rwPair
+	}
+	c := l.r.c
+	if p, ok := c.rwOwners.take(l.r.name); ok {
+		return p
+	}
+	p := &rwPair{}
+	l.pair(c, l.r.name, p)
+	return p
+}
+
+// giveBack returns a borrowed pair whose owner o holds nothing to the Client's idle pairs.
+func (l *RWLock) giveBack(p *rwPair, o *owner) {
+	if p == &l.rwPair {
+		return
+	}
+	c := l.r.c
+	c.giveBack(o, func(*owner) { c.rwOwners.put(l.r.name, p) })
+}
+
 // Name returns the lock's name, which is its Redis key.
 func (l *RWLock) Name() string { return l.r.name }
 
-// Owner returns the handle's owner ID, "<client UUID>:<n>": the hash field of its read
-// holds; its write holds are under Owner()+":write".
-func (l *RWLock) Owner() string { return l.r.id }
+// Owner returns the owner ID, "<client UUID>:<n>", of the handle's newest hold: the hash
+// field of its read holds, whose write holds are under Owner()+":write" ("" when a handle
+// not Reentrant holds nothing).
+func (l *RWLock) Owner() string {
+	if l.reentrant {
+		return l.r.id
+	}
+	if p, ok := l.writes.newest(); ok {
+		return p.r.id
+	}
+	if p, ok := l.reads.newest(); ok {
+		return p.r.id
+	}
+	return ""
+}
 
 // RLock takes a read lock, waiting as long as ctx allows while a writer holds the lock or
 // waits for it. Errors are as for Lock.Lock.
@@ -112,11 +173,30 @@ func (l *RWLock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, erro
 }
 
 // acquire attempts, and waits up to limit (negative: without limit), for a read or the write
-// lock. Readers and writers wait on the one channel and never join a local queue: a reader
-// queued behind a writer would wait for a release it does not need.
+// lock.
 func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Duration) (bool, error) {
-	c := l.r.c
+	p, held := l.borrow(), &l.reads
+	o := &p.r
 	if write {
+		o, held = &p.w, &l.writes
+	}
+	ok, err := l.acquireAs(ctx, p, write, lease, limit)
+	switch {
+	case p == &l.rwPair:
+	case ok:
+		held.push(p, o.lease.Load())
+	default:
+		l.giveBack(p, o)
+	}
+	return ok, err
+}
+
+// acquireAs is acquire, as the owner pair p. Readers and writers wait on the one channel
+// and never join a local queue: a reader queued behind a writer would wait for a release it
+// does not need.
+func (l *RWLock) acquireAs(ctx context.Context, p *rwPair, write bool, lease, limit time.Duration) (bool, error) {
+	c := l.r.c
+	if write && p == &l.rwPair {
 		reads, err := l.r.holds(ctx)
 		if err != nil {
 			return false, err
@@ -131,7 +211,7 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 	}
 	leaseMs := c.leaseMs(lease)
 	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
-		return l.attempt(ctx, write, lease, leaseMs, limit != 0)
+		return l.attempt(ctx, p, write, lease, leaseMs, limit != 0)
 	})
 	if limit == 0 {
 		_, ok, err := a(ctx)
@@ -141,23 +221,23 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 	// wakes may be a reader held back by a writer's claim, which would swallow it.
 	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: limit, attempt: a})
 	if !ok && write && !errors.Is(err, ErrNotReplicated) { // unconfirmed, the take dropped the claim (see exclusive.acquire)
-		l.leave(ctx)
+		l.leave(ctx, &p.w)
 	}
 	return ok, err
 }
 
-// attempt makes one attempt; a waiting writer claims the lock, and attempts again within a
-// third of the fair wait time to keep its claim.
-func (l *RWLock) attempt(ctx context.Context, write bool, lease time.Duration, leaseMs string, waiting bool) (int64, bool, error) {
+// attempt makes one attempt as p; a waiting writer claims the lock, and attempts again
+// within a third of the fair wait time to keep its claim.
+func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.Duration, leaseMs string, waiting bool) (int64, bool, error) {
 	c := l.r.c
 	if !write {
-		o := &l.r
+		o := &p.r
 		return o.attempt(ctx, lease, func() script {
-			return script{lua.ReadAcquire, []string{o.name, l.timeouts, l.writers},
-				[]string{leaseMs, o.id, l.w.id, strconv.Itoa(o.count), nowMs()}}
+			return script{lua.ReadAcquire, []string{o.name, p.timeouts, l.writers},
+				[]string{leaseMs, o.id, p.w.id, strconv.Itoa(o.count), nowMs()}}
 		}, nil)
 	}
-	o := &l.w
+	o := &p.w
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
 		return script{lua.WriteAcquire, []string{o.name, l.writers},
 			[]string{leaseMs, o.id, strconv.Itoa(o.count), nowMs(), c.fairWaitMs, flag(waiting)}}
@@ -165,38 +245,75 @@ func (l *RWLock) attempt(ctx context.Context, write bool, lease time.Duration, l
 	return c.keepAlive(ttl), ok, err
 }
 
-// leave drops the writer's claim after a wait that did not end in the lock, and wakes the
+// leave drops the writer o's claim after a wait that did not end in the lock, and wakes the
 // readers it held back.
-func (l *RWLock) leave(ctx context.Context) {
-	o := &l.w
+func (l *RWLock) leave(ctx context.Context, o *owner) {
 	_, _ = o.withdraw(ctx, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil)
 }
 
-// RUnlock releases one read hold. Its guarantee and errors are Lock.Unlock's.
+// RUnlock releases one read hold: the oldest, unless the handle is Reentrant. Its guarantee
+// and errors are Lock.Unlock's.
 func (l *RWLock) RUnlock(ctx context.Context) error {
-	o := &l.r
-	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.readRelease(o.count, latch, n), nil })
+	return l.unlock(ctx, false)
 }
 
-// readRelease makes the numbered release of one of holds read holds the owner has in Redis.
-func (l *RWLock) readRelease(holds int, latch, n string) script {
-	o := &l.r
-	return script{lua.ReadRelease, []string{o.name, l.channel, l.timeouts, l.prefix, latch, l.writers},
+// Unlock releases one write hold: the oldest, unless the handle is Reentrant. Its guarantee
+// and errors are Lock.Unlock's. At the last write hold every waiter is woken; if a Reentrant
+// handle still holds read locks (a downgrade), the lock stays in read mode.
+func (l *RWLock) Unlock(ctx context.Context) error {
+	return l.unlock(ctx, true)
+}
+
+// unlock releases one read or write hold.
+func (l *RWLock) unlock(ctx context.Context, write bool) error {
+	if l.reentrant {
+		return l.unlockAs(ctx, &l.rwPair, write)
+	}
+	if err := l.r.check(ctx); err != nil {
+		return err
+	}
+	held, mode := &l.reads, "read"
+	if write {
+		held, mode = &l.writes, "write"
+	}
+	p, ok := held.pop()
+	if !ok {
+		return l.r.wrap(fmt.Errorf("%w: the handle holds no %s lock", ErrNotHeld, mode))
+	}
+	err := l.unlockAs(ctx, p, write)
+	o := &p.r
+	if write {
+		o = &p.w
+	}
+	if o.count > 0 {
+		held.unpop(p) // Redis refused the release: the hold is still the handle's
+	} else {
+		l.giveBack(p, o)
+	}
+	return err
+}
+
+// unlockAs releases one read or write hold of p's.
+func (l *RWLock) unlockAs(ctx context.Context, p *rwPair, write bool) error {
+	if write {
+		o := &p.w
+		return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.writeRelease(p, o.count, latch, n), nil })
+	}
+	o := &p.r
+	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.readRelease(p, o.count, latch, n), nil })
+}
+
+// readRelease makes p's numbered release of one of holds read holds it has in Redis.
+func (l *RWLock) readRelease(p *rwPair, holds int, latch, n string) script {
+	o := &p.r
+	return script{lua.ReadRelease, []string{o.name, l.channel, p.timeouts, l.prefix, latch, l.writers},
 		[]string{"0", o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs(),
 			strconv.FormatInt(o.ttl().Milliseconds(), 10)}}
 }
 
-// Unlock releases one write hold. Its guarantee and errors are Lock.Unlock's. At the last
-// write hold every waiter is woken; if the handle still holds read locks (a downgrade), the
-// lock stays in read mode.
-func (l *RWLock) Unlock(ctx context.Context) error {
-	o := &l.w
-	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.writeRelease(o.count, latch, n), nil })
-}
-
-// writeRelease makes the numbered release of one of holds write holds the owner has in Redis.
-func (l *RWLock) writeRelease(holds int, latch, n string) script {
-	o := &l.w
+// writeRelease makes p's numbered release of one of holds write holds it has in Redis.
+func (l *RWLock) writeRelease(p *rwPair, holds int, latch, n string) script {
+	o := &p.w
 	return script{lua.WriteRelease, []string{o.name, l.channel, latch, l.writers},
 		[]string{"1", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
 			strconv.Itoa(holds), n}}
@@ -208,8 +325,38 @@ func (l *RWLock) IsLocked(ctx context.Context) (bool, error) { return l.r.exists
 // Lost returns a channel closed when the lease of the handle's current (or most recent)
 // write hold is lost while held; RLost does the same for its read holds. What they can and
 // cannot promise is as for Lock.Lost.
-func (l *RWLock) Lost() <-chan struct{} { return l.w.lostCh() }
+func (l *RWLock) Lost() <-chan struct{} {
+	if l.reentrant {
+		return l.w.lostCh()
+	}
+	return l.writes.lost()
+}
 
 // RLost returns a channel closed when the lease of the handle's current (or most recent)
 // read holds is lost while held (see Lost).
-func (l *RWLock) RLost() <-chan struct{} { return l.r.lostCh() }
+func (l *RWLock) RLost() <-chan struct{} {
+	if l.reentrant {
+		return l.r.lostCh()
+	}
+	return l.reads.lost()
+}
+
+// holder is the owner of the handle's newest write (or read) hold — a Reentrant handle's own
+// — or, when a mutex handle has none, the handle's own owner, which holds nothing.
+func (l *RWLock) holder(write bool) *owner {
+	held := &l.reads
+	if write {
+		held = &l.writes
+	}
+	p, ok := held.newest()
+	if l.reentrant || !ok {
+		p = &l.rwPair
+	}
+	if write {
+		return &p.w
+	}
+	return &p.r
+}
+
+// valid reports whether the handle's newest read (or write) hold is live now (see Lock.Valid).
+func (l *RWLock) valid(write bool) bool { return l.holder(write).valid() }

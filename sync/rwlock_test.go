@@ -159,7 +159,7 @@ func TestRWLockInvariantsUnderConcurrency(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					rw := c.RWLock(name)
+					rw := c.RWLock(name, Reentrant())
 					get := func() (int64, error) { return rdb.Do(ctx, rdb.B().Get().Key(data).Build()).AsInt64() }
 					for k := range cycles {
 						if (i*goroutines+g+k)%4 == 0 {
@@ -242,7 +242,7 @@ func TestRWLockNestedHoldsCountsAndTimeoutKeys(t *testing.T) {
 		const name = "rw:nested"
 		ctx := testCtx(t, 10*time.Second)
 		c, rdb := newClient(t, b.Addr)
-		r, r2, w := c.RWLock(name), c.RWLock(name), c.RWLock(name)
+		r, r2, w := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
 		for range 3 {
 			must(t, r.RLock(ctx))
 		}
@@ -331,7 +331,7 @@ func TestRWLockDowngradeAndUpgrade(t *testing.T) {
 		const name = "rw:grade"
 		ctx := testCtx(t, 10*time.Second)
 		c, rdb := newClient(t, b.Addr)
-		w, other := c.RWLock(name), c.RWLock(name)
+		w, other := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
 
 		// Downgrade.
 		must(t, w.Lock(ctx))
@@ -365,7 +365,7 @@ func TestRWLockDowngradeAndUpgrade(t *testing.T) {
 		rwNoKeys(t, rdb, "after write released last")
 
 		// Upgrade: refused at once, with or without waiting.
-		r := c.RWLock(name)
+		r := c.RWLock(name, Reentrant())
 		must(t, r.RLock(ctx))
 		calls := map[string]func(context.Context) error{
 			"Lock":              func(ctx context.Context) error { return r.Lock(ctx) },
@@ -408,7 +408,7 @@ func TestRWLockReleaseWakesWaiters(t *testing.T) {
 		sub := rawSubscribe(t, ctx, rdb, rwChannel(name))
 
 		// A writer behind two readers.
-		r1, r2, w := c1.RWLock(name), c1.RWLock(name), c2.RWLock(name)
+		r1, r2, w := c1.RWLock(name, Reentrant()), c1.RWLock(name, Reentrant()), c2.RWLock(name, Reentrant())
 		must(t, r1.RLock(ctx))
 		must(t, r2.RLock(ctx))
 		wctx := testCtx(t, 5*time.Second)
@@ -433,7 +433,7 @@ func TestRWLockReleaseWakesWaiters(t *testing.T) {
 		var readers []*RWLock
 		var read []<-chan error
 		for _, c := range []*Client{c1, c1, c1, c2, c2} {
-			r := c.RWLock(name)
+			r := c.RWLock(name, Reentrant())
 			readers = append(readers, r)
 			read = append(read, rwGo(func() error { return r.RLock(rctx) }))
 		}
@@ -469,7 +469,7 @@ func TestRWLockWriteReleaseOfDeletedLockWakesWaiters(t *testing.T) {
 		c1, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 		c2, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 		ctx := testCtx(t, 10*time.Second)
-		w, r := c1.RWLock(name), c2.RWLock(name)
+		w, r := c1.RWLock(name, Reentrant()), c2.RWLock(name, Reentrant())
 		must(t, w.Lock(ctx))
 		attempts := fairCountAttempts(c2)
 		rctx := testCtx(t, 5*time.Second)
@@ -504,7 +504,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 				ctx := testCtx(t, 10*time.Second)
 				c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 				wc, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
-				r1, r2, w := c.RWLock(name), c.RWLock(name), wc.RWLock(name)
+				r1, r2, w := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant()), wc.RWLock(name, Reentrant())
 				must(t, r1.RLock(ctx))
 				must(t, r2.RLock(ctx))
 
@@ -527,7 +527,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 					t.Fatalf("claim score %v (%v), want about now + the 30 s fair wait time", s, err)
 				}
 
-				r3 := c.RWLock(name)
+				r3 := c.RWLock(name, Reentrant())
 				if ok, err := r3.TryRLock(ctx); ok || err != nil {
 					t.Fatalf("a new reader's TryRLock past a waiting writer: %v, %v; want false, nil", ok, err)
 				}
@@ -569,7 +569,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 			const name = "rw:prefer:downgrade"
 			ctx := testCtx(t, 10*time.Second)
 			c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
-			w1, w2, r := c.RWLock(name), c.RWLock(name), c.RWLock(name)
+			w1, w2, r := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
 			must(t, w1.Lock(ctx))
 			wctx := testCtx(t, 5*time.Second)
 			wrote := rwGo(func() error { return w2.Lock(wctx) })
@@ -597,7 +597,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 			deadline := time.Now().Add(300 * time.Millisecond)
 			must(t, rdb.Do(ctx, rdb.B().Zadd().Key(rwWritersKey(name)).ScoreMember().
 				ScoreMember(float64(deadline.UnixMilli()), "x:write").Build()).Error())
-			r := c.RWLock(name)
+			r := c.RWLock(name, Reentrant())
 			if ok, err := r.TryRLock(ctx); ok || err != nil {
 				t.Fatalf("a reader past a live claim: %v, %v; want false, nil", ok, err)
 			}
@@ -624,7 +624,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 		const rname, wname, lname = "rw:lost:read", "rw:lost:write", "rw:lost:lease"
 		ctx := testCtx(t, 10*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
-		r, w, leased := c.RWLock(rname), c.RWLock(wname), c.RWLock(lname)
+		r, w, leased := c.RWLock(rname, Reentrant()), c.RWLock(wname, Reentrant()), c.RWLock(lname, Reentrant())
 		must(t, r.RLock(ctx))
 		must(t, r.RLock(ctx))
 		must(t, w.Lock(ctx))
@@ -693,7 +693,7 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 
 		t.Run("layout", func(t *testing.T) {
 			for _, name := range []string{"rw:layout", "{app}:rw"} {
-				r, w := c.RWLock(name), c.RWLock(name)
+				r, w := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
 				if id, n, ok := strings.Cut(r.Owner(), ":"); !ok || id != c.ID() || len(id) != 36 {
 					t.Fatalf("owner %q is not <uuid>:<n>", r.Owner())
 				} else if _, err := strconv.ParseInt(n, 10, 64); err != nil {
@@ -720,7 +720,7 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 				}
 				// A reader leaving finds the other's timeout key by the lock's key prefix
 				// ({N}, or N with braces) and keeps the lock for it.
-				r2 := c.RWLock(name)
+				r2 := c.RWLock(name, Reentrant())
 				must(t, r2.RLock(ctx))
 				must(t, r2.RUnlock(ctx))
 				rwEqual(t, rdb, name, map[string]string{"mode": "read", r.Owner(): "1"}, name+" after a second reader left")
@@ -742,7 +742,7 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 			if rwChannel("rw:layout") != "redisson_rwlock:{rw:layout}" || rwChannel("{app}:rw") != "redisson_rwlock:{app}:rw" {
 				t.Fatalf("channels %q, %q", rwChannel("rw:layout"), rwChannel("{app}:rw"))
 			}
-			if got := c.RWLock("rw:layout").channel; got != "redisson_rwlock:{rw:layout}" {
+			if got := c.RWLock("rw:layout", Reentrant()).channel; got != "redisson_rwlock:{rw:layout}" {
 				t.Fatalf("the handle's channel %q", got)
 			}
 		})
@@ -750,7 +750,7 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 		t.Run("messages", func(t *testing.T) {
 			const name = "rw:messages"
 			sub := rawSubscribe(t, ctx, rdb, "redisson_rwlock:{rw:messages}")
-			r, r2, w := c.RWLock(name), c.RWLock(name), c.RWLock(name)
+			r, r2, w := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
 			must(t, r.RLock(ctx))
 			must(t, r2.RLock(ctx))
 			must(t, r.RUnlock(ctx))
@@ -786,7 +786,7 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 			must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue("mode", "write").
 				FieldValue(javaOwner+":write", "1").Build()).Error())
 			must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
-			r := c.RWLock(name)
+			r := c.RWLock(name, Reentrant())
 			if ok, err := r.TryRLock(ctx); ok || err != nil {
 				t.Fatalf("TryRLock over a Java writer: %v, %v; want false, nil", ok, err)
 			}
@@ -807,7 +807,7 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 			must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue("mode", "read").FieldValue(javaOwner, "1").Build()).Error())
 			must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
 			must(t, rdb.Do(ctx, rdb.B().Set().Key(javaTimeout).Value("1").PxMilliseconds(30000).Build()).Error())
-			w, r := c.RWLock(name), c.RWLock(name)
+			w, r := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
 
 			// Our reader shares the lock with the Java reader, and its release leaves it.
 			must(t, r.RLock(ctx))
@@ -846,7 +846,7 @@ func TestRWLockInvalidArguments(t *testing.T) {
 		c, rdb := newClient(t, b.Addr)
 		ctx := context.Background()
 		var nilCtx context.Context
-		empty, rw := c.RWLock(""), c.RWLock("rw:args")
+		empty, rw := c.RWLock("", Reentrant()), c.RWLock("rw:args", Reentrant())
 		cases := []struct {
 			arg string
 			err error
@@ -905,12 +905,12 @@ func TestRWLockJavaReadReleaseWakesWriterBehindHeldBackReader(t *testing.T) {
 
 		// A writer of another Client waits first, so that our reader waits behind its claim,
 		// and then our writer behind the Java reader: our reader is our oldest waiter.
-		first := c2.RWLock(name)
+		first := c2.RWLock(name, Reentrant())
 		fctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		firstDone := rwGo(func() error { return first.Lock(fctx) })
 		rwClaimed(t, rdb, name, first.Owner()+":write")
-		r, w := c.RWLock(name), c.RWLock(name)
+		r, w := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
 		rctx := testCtx(t, 15*time.Second)
 		read := rwGo(func() error { return r.RLock(rctx) })
 		rwParked(t, c, name, 1)
@@ -953,7 +953,7 @@ func TestRWLockWritersTakingTurnsLetReadersIn(t *testing.T) {
 		var wg gosync.WaitGroup
 		for range 2 {
 			c, _ := newClient(t, b.Addr)
-			w := c.RWLock(name)
+			w := c.RWLock(name, Reentrant())
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -976,7 +976,7 @@ func TestRWLockWritersTakingTurnsLetReadersIn(t *testing.T) {
 			}()
 		}
 		rc, _ := newClient(t, b.Addr)
-		r := rc.RWLock(name)
+		r := rc.RWLock(name, Reentrant())
 		for i := range 3 {
 			ok, err := r.TryRLock(ctx, WaitTime(2*time.Second))
 			if !ok || err != nil {

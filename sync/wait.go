@@ -27,9 +27,9 @@ type wait struct {
 	// and a wake-up that reaches another is left to it (a semaphore's waiters, where a later,
 	// smaller request could succeed where the first cannot). Every ordered waiter joins.
 	ordered bool
-	// granted, if not nil, takes what the message grant says a release gave the waiter.
-	grant   string
-	granted func() (ok bool, err error, taken bool)
+	// granted, if not nil, is given each message of the channel, and takes what a release
+	// gave the waiter if the message says it granted it something (see FairLock).
+	granted func(msg string) (ok bool, err error, taken bool)
 	// also, if not nil, names after a failed attempt a further channel whose messages (by
 	// the same policy) mean the waiter may now succeed, or returns "": a plain lock's
 	// Redisson channel, once a holder was found that announces its release only there.
@@ -165,8 +165,8 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		select {
 		case <-sub.C():
 			woken = sub
-			if w.granted != nil && sub.Last() == w.grant {
-				if ok, err, taken := w.granted(); taken {
+			if w.granted != nil {
+				if ok, err, taken := w.granted(sub.Last()); taken {
 					return ok, err
 				}
 			}
@@ -399,6 +399,7 @@ func (h *heir) took(v verdict) (bool, error) {
 	if v.err == nil && h.o != nil && !h.o.valid() {
 		_ = h.o.lock(context.Background())
 		v.err = h.o.lost("the lease ran out before the hand-off was taken")
+		h.o.giveBackLater()
 		h.o.unlock()
 	}
 	return v.err == nil, v.err

@@ -21,7 +21,7 @@ func subscribed(t *testing.T, c *Client, channel string) {
 // it, subscribed; the second handle's Lock result arrives on done (its wait ends with the test).
 func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (holder *Lock, done <-chan error) {
 	t.Helper()
-	holder = c.Lock(name)
+	holder = c.Lock(name, Reentrant())
 	if err := holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +29,8 @@ func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (
 	t.Cleanup(cancel)
 	result := make(chan error, 1)
 	go func() { result <- c.Lock(name).Lock(otherCtx) }()
-	eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.wakeCh) == 1 })
-	subscribed(t, c, holder.wakeCh)
+	eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.clientCh) == 1 })
+	subscribed(t, c, holder.clientCh)
 	return holder, result
 }
 

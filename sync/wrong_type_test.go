@@ -68,21 +68,22 @@ func TestWrongTypeFromEveryMethod(t *testing.T) {
 			TryLock(context.Context, ...TryLockOption) (bool, error)
 			Unlock(context.Context) error
 			IsLocked(context.Context) (bool, error)
-		}{c.Lock("str"), c.FairLock("str"), c.FencedLock("str"), c.RWLock("str")} {
+		}{c.Lock("str", Reentrant()), c.FairLock("str", Reentrant()), c.FencedLock("str", Reentrant()), c.RWLock("str", Reentrant())} {
 			add("TryLock", func() error { _, err := l.TryLock(ctx); return err })
 			add("Unlock", func() error { return l.Unlock(ctx) })
 			add("IsLocked", func() error { _, err := l.IsLocked(ctx); return err })
 		}
-		lock := c.Lock("str")
+		lock := c.Lock("str", Reentrant())
 		add("Lock.HoldCount", func() error { _, err := lock.HoldCount(ctx); return err })
 		add("Lock.RemainingTTL", func() error { _, err := lock.RemainingTTL(ctx); return err })
 		add("Lock.ForceUnlock", func() error { _, err := lock.ForceUnlock(ctx); return err })
 		add("FairLock.ForceUnlock", func() error { _, err := c.FairLock("str").ForceUnlock(ctx); return err })
-		rw := c.RWLock("str")
+		rw := c.RWLock("str", Reentrant())
 		add("RWLock.TryRLock", func() error { _, err := rw.TryRLock(ctx); return err })
 		add("RWLock.RUnlock", func() error { return rw.RUnlock(ctx) })
-		// A lock hash whose hold count is not a number.
-		odd := c.Lock("odd")
+		// A lock hash whose hold count is not a number. (Reentrant handles: a mutex handle that
+		// holds nothing answers Unlock and HoldCount itself, reading nothing.)
+		odd := c.Lock("odd", Reentrant())
 		hash("odd", odd.Owner(), "abc")
 		add("Lock.HoldCount of a word", func() error { _, err := odd.HoldCount(ctx); return err })
 		// A fenced lock's token counter that is not a number.

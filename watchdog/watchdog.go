@@ -91,6 +91,10 @@ type Lease struct {
 	slot  uint16
 	lost  chan struct{}
 
+	// ended is closed when the hold ends, stopped or lost; a new hold gets a new one.
+	ended    chan struct{} // guarded by w.mu
+	hasEnded bool
+
 	// Guarded by w.mu.
 	keep     bool      // renewed by the watchdog
 	deadline time.Time // when the lock expires unless renewed
@@ -152,7 +156,8 @@ func (w *Watchdog) Timeout() time.Duration { return w.timeout }
 // acquisition is reported to the caller, so that no window exists in which the lock is held
 // but not kept.
 func (w *Watchdog) Start(kind *Kind, key, owner string, sent time.Time, ttl time.Duration, keep bool) *Lease {
-	l := &Lease{w: w, kind: kind, key: key, owner: owner, slot: keyslot.Of(key), lost: make(chan struct{})}
+	l := &Lease{w: w, kind: kind, key: key, owner: owner, slot: keyslot.Of(key), lost: make(chan struct{}),
+		ended: make(chan struct{})}
 	l.Restart(sent, ttl, keep)
 	return l
 }
@@ -201,6 +206,9 @@ func (l *Lease) hold(sent time.Time, ttl time.Duration, keep, fresh bool) bool {
 		}
 	} else {
 		// A fresh start: a renewal result still on its way is about an earlier hold.
+		if l.hasEnded {
+			l.ended, l.hasEnded = make(chan struct{}), false
+		}
 		l.gen++
 		l.active = true
 		l.keep, l.fails = keep, 0
@@ -235,7 +243,25 @@ func (l *Lease) Stop() <-chan struct{} {
 	l.gen++
 	l.active = false
 	delete(w.leases, l)
+	l.end()
 	return l.round
+}
+
+// end closes ended, once per hold. Caller holds w.mu.
+func (l *Lease) end() {
+	if !l.hasEnded {
+		l.hasEnded = true
+		close(l.ended)
+	}
+}
+
+// Ended returns a channel closed when the current hold ends: its lease is stopped (the hold
+// was released) or lost. A later hold on the same lease has a channel of its own.
+func (l *Lease) Ended() <-chan struct{} {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.ended
 }
 
 // Lapse ends the renewals of a stopped lease whose release failed: the lock may still be
@@ -314,6 +340,7 @@ func (w *Watchdog) loseLocked(l *Lease, reason string) {
 	l.gen++
 	delete(w.leases, l)
 	close(l.lost)
+	l.end()
 	w.log.Warn("lock lease lost", zap.String("key", l.key), zap.String("owner", l.owner),
 		zap.String("reason", reason))
 }

@@ -1,0 +1,51 @@
+package sync
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// An acquire whose first run took the lock but whose reply was lost, repeated only once an
+// outage longer than its lease is over, sets a full lease again: its hold outlives the lease
+// the caller could be given, timed from the first run. The acquisition fails with
+// ErrLockLost — and gives the hold back, rather than leave the lock blocked for a lease with
+// no holder.
+func TestAcquireRepeatedPastItsLeaseGivesTheHoldBack(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const lease = 2 * time.Second
+		ctx := testCtx(t, 30*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr())
+		admin := b.Client(t)
+		warmScripts(t, ctx, c)
+		const name = "given-back:repeated"
+		proxy.DropReplyAfter([]byte(name))
+		go func() {
+			// The first run acted and its reply was dropped: Redis is now away for longer
+			// than the lease, so the repeat that follows sets the TTL anew.
+			for proxy.Dropped() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			proxy.Blackhole(true)
+			time.Sleep(lease + lease/2)
+			proxy.Blackhole(false)
+		}()
+		mu := c.Lock(name)
+		err := mu.Lock(ctx, Lease(lease))
+		returned := time.Now()
+		if !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Lock repeated past its lease: %v, want ErrLockLost", err)
+		}
+		if proxy.Dropped() != 1 {
+			t.Fatalf("the proxy dropped %d replies, want 1", proxy.Dropped())
+		}
+		// Left alone, the hold would stay until the repeat's TTL ran out: a lease after the
+		// outage. Given back, it goes at once.
+		eventually(t, lease/2, "the hold given back", func() bool { return !exists(t, admin, name) })
+		t.Logf("given back %v after Lock returned", time.Since(returned).Round(time.Millisecond))
+	})
+}

@@ -1,0 +1,152 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/latchkey/latchkey/lua"
+)
+
+// ErrHoldEnded is the cause (context.Cause) of a HoldContext cancelled because its hold was
+// released. A hold lost instead gives ErrLockLost.
+var ErrHoldEnded = errors.New("dsync: the hold was released")
+
+// holdContext returns a copy of parent cancelled when o's current hold ends: released, with
+// the cause ErrHoldEnded, or lost, with ErrLockLost. With no hold it is cancelled already,
+// with ErrNotHeld.
+func (o *owner) holdContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	lease := o.lease.Load()
+	if lease == nil {
+		cancel(o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld)))
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	ended := lease.Ended()
+	if _, ok := lease.Deadline(); !ok { // released or lost before the call
+		cancel(holdEnd(lease))
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	go func() {
+		select {
+		case <-ended:
+			cancel(holdEnd(lease))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// holdEnd is why a hold whose lease ended is over.
+func holdEnd(lease interface{ Lost() <-chan struct{} }) error {
+	select {
+	case <-lease.Lost():
+		return ErrLockLost
+	default:
+		return ErrHoldEnded
+	}
+}
+
+// extend makes o's current hold last at least lease from now, by the script renew makes for
+// the lease in ms (a renewal script, which sets the TTL to the larger of what is left and
+// the lease, and replies [1] while o holds). It is repeated while its reply is lost, as a
+// renewal may be: it only ever lengthens a hold.
+func (o *owner) extend(ctx context.Context, lease time.Duration, renew func(ms string) script) error {
+	if err := o.check(ctx); err != nil {
+		return err
+	}
+	if lease < time.Millisecond {
+		return invalid("lease", "must be >= 1ms, got %v", lease)
+	}
+	lease = lease.Truncate(time.Millisecond)
+	if err := o.lock(ctx); err != nil {
+		return err
+	}
+	defer o.unlock()
+	if o.count == 0 {
+		return o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
+	}
+	if o.leaseLost() {
+		return o.lost("extended after the lease was lost")
+	}
+	sent := time.Now()
+	r := renew(strconv.FormatInt(lease.Milliseconds(), 10))
+	msg, err := o.exec(ctx, r.s, r.keys, r.args)
+	if err != nil {
+		return o.wrap(err) // unconfirmed too: the lease it set is not one a failover keeps
+	}
+	held, err := msg.AsIntSlice()
+	if err != nil || len(held) != 1 {
+		return o.wrap(fmt.Errorf("unexpected renewal reply %v: %w", msg, err))
+	}
+	if held[0] != 1 {
+		return o.lost("the hold was gone when extended")
+	}
+	if l := o.lease.Load(); l == nil || !l.Hold(sent, lease, false) {
+		return o.lostErr("the lease was lost while it was extended")
+	}
+	return nil
+}
+
+// HoldContext returns a copy of parent that is cancelled when the handle's newest hold ends
+// — released by Unlock, or lost (see Lost) — so that work started under the lock stops by
+// itself once the lock no longer covers it. context.Cause tells which: ErrHoldEnded or
+// ErrLockLost. When the handle holds nothing, the context is cancelled already (ErrNotHeld).
+// Call cancel once the work is done, as with context.WithCancel.
+func (l *exclusive) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
+	o := l.current()
+	if o == nil {
+		o = &l.o // holds nothing
+	}
+	return o.holdContext(parent)
+}
+
+// Extend makes the handle's newest hold last at least lease from now: the lock's TTL becomes
+// the larger of what it has left and lease. Leases only grow, so Extend never shortens a
+// hold, and a hold the watchdog keeps stays kept. It returns ErrNotHeld when the handle
+// holds nothing, and ErrLockLost when the hold is gone from Redis. lease must be at least
+// 1 ms and is truncated to whole milliseconds.
+func (l *exclusive) Extend(ctx context.Context, lease time.Duration) error {
+	o := l.current()
+	if o == nil {
+		if err := l.o.check(ctx); err != nil {
+			return err
+		}
+		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
+	}
+	return o.extend(ctx, lease, func(ms string) script {
+		return script{lua.LockRenew, []string{o.name}, []string{ms, o.id}}
+	})
+}
+
+// HoldContext returns a copy of parent cancelled when the handle's newest write hold ends,
+// as Lock.HoldContext does; RHoldContext does the same for its newest read hold.
+func (l *RWLock) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return l.holder(true).holdContext(parent)
+}
+
+// RHoldContext returns a copy of parent cancelled when the handle's newest read hold ends
+// (see HoldContext).
+func (l *RWLock) RHoldContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return l.holder(false).holdContext(parent)
+}
+
+// Extend makes the handle's newest write hold last at least lease from now, as Lock.Extend
+// does; RExtend does the same for its newest read hold.
+func (l *RWLock) Extend(ctx context.Context, lease time.Duration) error {
+	o := l.holder(true)
+	return o.extend(ctx, lease, func(ms string) script {
+		return script{lua.LockRenew, []string{o.name}, []string{ms, o.id}}
+	})
+}
+
+// RExtend makes the handle's newest read hold last at least lease from now (see Extend): its
+// read holds' timeout keys, and the lock's TTL.
+func (l *RWLock) RExtend(ctx context.Context, lease time.Duration) error {
+	o := l.holder(false)
+	return o.extend(ctx, lease, func(ms string) script {
+		return script{lua.ReadRenew, []string{o.name, readTimeouts(o.name, o.id)}, []string{ms, o.id}}
+	})
+}

@@ -1,0 +1,112 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// A hold's context ends with the hold: at Unlock (ErrHoldEnded), or when the lease is lost
+// (ErrLockLost); a handle holding nothing gives a context that has ended (ErrNotHeld).
+func TestHoldContextEndsWithTheHold(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, _ := newClient(t, b.Addr)
+		for _, kind := range mutexKinds {
+			t.Run(kind.name, func(t *testing.T) {
+				mu := c.Lock("hold-ctx:" + kind.name)
+				if hctx, cancel := mu.HoldContext(ctx); hctx.Err() == nil || !errors.Is(context.Cause(hctx), ErrNotHeld) {
+					t.Fatalf("HoldContext of a handle holding nothing: %v (%v), want it ended with ErrNotHeld", hctx.Err(), context.Cause(hctx))
+				} else {
+					cancel()
+				}
+				must(t, mu.Lock(ctx))
+				hctx, cancel := mu.HoldContext(ctx)
+				defer cancel()
+				if hctx.Err() != nil {
+					t.Fatalf("the hold's context ended while held: %v", context.Cause(hctx))
+				}
+				must(t, mu.Unlock(ctx))
+				select {
+				case <-hctx.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the hold's context did not end at Unlock")
+				}
+				if cause := context.Cause(hctx); !errors.Is(cause, ErrHoldEnded) {
+					t.Fatalf("cause %v, want ErrHoldEnded", cause)
+				}
+
+				// A lease that runs out: the context ends with the loss.
+				must(t, mu.Lock(ctx, Lease(300*time.Millisecond)))
+				lctx, lcancel := mu.HoldContext(ctx)
+				defer lcancel()
+				select {
+				case <-lctx.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the hold's context did not end when its lease ran out")
+				}
+				if cause := context.Cause(lctx); !errors.Is(cause, ErrLockLost) {
+					t.Fatalf("cause %v, want ErrLockLost", cause)
+				}
+				if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+					t.Fatalf("Unlock of the lost hold: %v, want ErrNotHeld", err)
+				}
+			})
+		}
+	})
+}
+
+// Extend lengthens a hold with a fixed lease, never shortens one, and reports a hold that is
+// gone.
+func TestExtend(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, admin := newClient(t, b.Addr)
+		const name = "extend"
+		mu := c.Lock(name)
+		if err := mu.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Extend of a handle holding nothing: %v, want ErrNotHeld", err)
+		}
+		must(t, mu.Lock(ctx, Lease(2*time.Second)))
+		must(t, mu.Extend(ctx, time.Minute))
+		if ttl := pttl(t, admin, name); ttl < 50_000 {
+			t.Fatalf("PTTL %d ms after Extend(1m), want about a minute", ttl)
+		}
+		if d, ok := mu.Deadline(); !ok || time.Until(d) < 50*time.Second {
+			t.Fatalf("Deadline %v (%v) after Extend(1m), want about a minute ahead", time.Until(d), ok)
+		}
+		must(t, mu.Extend(ctx, time.Second)) // leases only grow
+		if ttl := pttl(t, admin, name); ttl < 50_000 {
+			t.Fatalf("PTTL %d ms after Extend(1s), want the minute kept", ttl)
+		}
+		if err := mu.Extend(ctx, 0); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("Extend(0): %v, want ErrInvalidArgument", err)
+		}
+		must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
+		if err := mu.Extend(ctx, time.Minute); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Extend of a deleted hold: %v, want ErrLockLost", err)
+		}
+		if !closed(mu.Lost()) {
+			t.Fatal("Lost not closed after Extend found the hold gone")
+		}
+
+		rw := c.RWLock("extend:rw")
+		must(t, rw.RLock(ctx, Lease(2*time.Second)))
+		must(t, rw.RExtend(ctx, time.Minute))
+		if ttl := pttl(t, admin, "extend:rw"); ttl < 50_000 {
+			t.Fatalf("read lock PTTL %d ms after RExtend(1m), want about a minute", ttl)
+		}
+		must(t, rw.RUnlock(ctx))
+		must(t, rw.Lock(ctx, Lease(2*time.Second)))
+		must(t, rw.Extend(ctx, time.Minute))
+		if ttl := pttl(t, admin, "extend:rw"); ttl < 50_000 {
+			t.Fatalf("write lock PTTL %d ms after Extend(1m), want about a minute", ttl)
+		}
+		must(t, rw.Unlock(ctx))
+	})
+}

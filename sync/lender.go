@@ -1,0 +1,140 @@
+package sync
+
+import (
+	"context"
+	gosync "sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ownerLinger is how long an idle owner is kept for the next acquisition of its name: at
+// least this, at most twice this after its last use. Kept, its unlock latch and (for a fair
+// lock) its channel's subscription serve the next holder, so a handle made per request costs
+// Redis no more than a reused one.
+const ownerLinger = 30 * time.Second
+
+// A lender keeps a Client's idle owners (T: *owner, or a read-write lock's pair), by handle
+// kind and name, for the handles that take each hold through an owner of its own: every lock
+// handle not made Reentrant. An owner is lent to one acquisition at a time and comes back
+// when it holds nothing and has no request of unknown outcome. Names not used for a linger
+// period are dropped, and their owners' latches deleted once collected (see janitor).
+type lender[T any] struct {
+	mu    gosync.Mutex
+	idle  map[string][]T
+	used  map[string]bool // lent or returned since the last sweep
+	timer *time.Timer     // the next sweep, while anything is idle
+}
+
+// take returns an idle owner of key, the one returned last, or false if there is none.
+func (l *lender[T]) take(key string) (T, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var none T
+	os := l.idle[key]
+	if len(os) == 0 {
+		return none, false
+	}
+	o := os[len(os)-1]
+	os[len(os)-1] = none
+	l.idle[key] = os[:len(os)-1]
+	l.used[key] = true
+	return o, true
+}
+
+// put returns an idle owner of key.
+func (l *lender[T]) put(key string, o T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.idle == nil {
+		l.idle, l.used = make(map[string][]T), make(map[string]bool)
+	}
+	l.idle[key] = append(l.idle[key], o)
+	l.used[key] = true
+	if l.timer == nil {
+		l.timer = time.AfterFunc(ownerLinger, l.sweep)
+	}
+}
+
+// sweep drops the owners of names neither lent nor returned since the previous sweep.
+func (l *lender[T]) sweep() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key := range l.idle {
+		if !l.used[key] {
+			delete(l.idle, key)
+		}
+	}
+	clear(l.used)
+	if len(l.idle) == 0 {
+		l.timer = nil
+		return
+	}
+	l.timer.Reset(ownerLinger)
+}
+
+// close drops every idle owner and stops the sweeps.
+func (l *lender[T]) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
+	l.idle, l.used = nil, nil
+}
+
+// giveBack returns o to its lender through put once it holds nothing — at once, or, when a
+// request of its is of unknown outcome, once that is settled in the background (see
+// settleLater). An owner that still holds (a refused release) is not returned.
+func (c *Client) giveBack(o *owner, put func(*owner)) {
+	if o.count > 0 {
+		return
+	}
+	if o.unsettled != nil {
+		go c.settleLater(o, put)
+		return
+	}
+	o.lease.Store(nil) // the next holder's Lost is its own
+	put(o)
+}
+
+// settleLater repeats o's request of unknown outcome, with backoff, until Redis answers, then
+// gives o to done: an owner no call of a handle will use again has no next call to settle it,
+// and that call may never come, or come after the request's mark expired and act twice. It
+// gives up when the Client closes, and before the mark may expire: the outcome then stays
+// unknown for good, which it logs.
+func (c *Client) settleLater(o *owner, done func(*owner)) {
+	ctx, cancel := context.WithDeadline(context.Background(), o.unsettled.sent.Add(unlockLatch-settleMargin))
+	defer cancel()
+	_ = o.lock(ctx) // free: no one else has o
+	if c.isClosed() {
+		// Closed before the lock was taken: the janitor may have deleted o's latch, and a
+		// repeat would find no mark.
+		c.log.Warn("a request's outcome stays unknown: the Client closed", zap.String("name", o.name))
+		o.unlock()
+		return
+	}
+	backoff := retryBackoff
+	for {
+		err := o.settle(ctx)
+		if err == nil {
+			o.unlock()
+			o.lease.Store(nil)
+			done(o)
+			return
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		case <-c.closed:
+		}
+		if ctx.Err() != nil || c.isClosed() {
+			c.log.Warn("a request's outcome stays unknown; it is no longer repeated",
+				zap.String("name", o.name), zap.Error(err))
+			o.unlock()
+			return
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}

@@ -1,0 +1,223 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	gosync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// A mutex is a handle's Lock and Unlock, as a sync.Mutex's.
+type mutex struct {
+	lock, unlock func(context.Context) error
+}
+
+// mutexKinds make, on a Client, one handle of each kind that excludes like a sync.Mutex.
+var mutexKinds = []struct {
+	name string
+	make func(c *Client, name string) mutex
+}{
+	{"Lock", func(c *Client, name string) mutex {
+		l := c.Lock(name)
+		return mutex{func(ctx context.Context) error { return l.Lock(ctx) }, l.Unlock}
+	}},
+	{"FairLock", func(c *Client, name string) mutex {
+		l := c.FairLock(name)
+		return mutex{func(ctx context.Context) error { return l.Lock(ctx) }, l.Unlock}
+	}},
+	{"FencedLock", func(c *Client, name string) mutex {
+		l := c.FencedLock(name)
+		return mutex{func(ctx context.Context) error { return l.Lock(ctx) }, l.Unlock}
+	}},
+	{"RWLock write", func(c *Client, name string) mutex {
+		l := c.RWLock(name)
+		return mutex{func(ctx context.Context) error { return l.Lock(ctx) }, l.Unlock}
+	}},
+}
+
+// One handle per Client, shared by all its goroutines as a sync.Mutex would be, sells a stock
+// exactly once through a non-atomic GET → decide → SET: 3 Clients × 50 buyers, a stock of 100.
+func TestSharedHandleNeverOversells(t *testing.T) {
+	t.Parallel()
+	for _, kind := range mutexKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				const clients, buyers, stock = 3, 50, 100
+				ctx := testCtx(t, 60*time.Second)
+				admin := b.Client(t)
+				name, key := "shared:"+kind.name, "stock:"+kind.name
+				must(t, admin.Do(ctx, admin.B().Set().Key(key).Value(strconv.Itoa(stock)).Build()).Error())
+				var sold, inside, maxInside atomic.Int64
+				var wg gosync.WaitGroup
+				errs := make(chan error, clients*buyers*2)
+				for range clients {
+					c, rdb := newClient(t, b.Addr)
+					mu := kind.make(c, name) // one handle for every buyer of the Client
+					for range buyers {
+						wg.Go(func() {
+							if err := mu.lock(ctx); err != nil {
+								errs <- err
+								return
+							}
+							n := inside.Add(1)
+							for m := maxInside.Load(); n > m && !maxInside.CompareAndSwap(m, n); m = maxInside.Load() {
+							}
+							left, err := rdb.Do(ctx, rdb.B().Get().Key(key).Build()).AsInt64()
+							if err == nil && left > 0 {
+								err = rdb.Do(ctx, rdb.B().Set().Key(key).Value(strconv.FormatInt(left-1, 10)).Build()).Error()
+								if err == nil {
+									sold.Add(1)
+								}
+							}
+							inside.Add(-1)
+							if err != nil {
+								errs <- err
+							}
+							if err := mu.unlock(ctx); err != nil {
+								errs <- err
+							}
+						})
+					}
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				if sold.Load() != stock || maxInside.Load() != 1 {
+					t.Fatalf("sold %d with up to %d buyers inside at once; want exactly %d, one at a time", sold.Load(), maxInside.Load(), stock)
+				}
+				if exists(t, admin, name) {
+					t.Fatal("the lock is still held after every buyer unlocked")
+				}
+			})
+		})
+	}
+}
+
+// A second Lock through a handle that holds the lock waits for its Unlock, which another
+// goroutine may make, as with sync.Mutex; TryLock through it reports the lock busy.
+func TestSharedHandleIsAMutex(t *testing.T) {
+	t.Parallel()
+	for _, kind := range mutexKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := testCtx(t, 20*time.Second)
+				c, _ := newClient(t, b.Addr)
+				name := "mutex:" + kind.name
+				mu := kind.make(c, name)
+				must(t, mu.lock(ctx))
+				short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				defer cancel()
+				if err := mu.lock(short); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("a second Lock through the holding handle: %v, want it to wait until its context ends", err)
+				}
+				second := make(chan error, 1)
+				go func() { second <- mu.lock(ctx) }()
+				unlocked := make(chan error, 1)
+				go func() { unlocked <- mu.unlock(ctx) }() // another goroutine ends the first hold
+				if err := <-unlocked; err != nil {
+					t.Fatalf("Unlock from another goroutine: %v", err)
+				}
+				if err := <-second; err != nil {
+					t.Fatalf("the waiting Lock after the Unlock: %v", err)
+				}
+				must(t, mu.unlock(ctx))
+				if err := mu.unlock(ctx); !errors.Is(err, ErrNotHeld) {
+					t.Fatalf("Unlock of a handle holding nothing: %v, want ErrNotHeld", err)
+				}
+			})
+		})
+	}
+}
+
+// A mutex handle's TryLock reports a lock it holds busy, as sync.Mutex.TryLock does.
+func TestSharedHandleTryLockIsNotReentry(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		mu := c.Lock("mutex:try")
+		must(t, mu.Lock(ctx))
+		if ok, err := mu.TryLock(ctx); ok || err != nil {
+			t.Fatalf("TryLock through the holding handle: %v, %v; want false, nil", ok, err)
+		}
+		if n, err := mu.HoldCount(ctx); n != 1 || err != nil {
+			t.Fatalf("HoldCount: %d, %v; want 1", n, err)
+		}
+		must(t, mu.Unlock(ctx))
+		if mu.Valid() || mu.Owner() != "" {
+			t.Fatalf("after Unlock: Valid %v, Owner %q; want false, \"\"", mu.Valid(), mu.Owner())
+		}
+	})
+}
+
+// Readers sharing an RWLock handle hold the read lock together, as with sync.RWMutex, and a
+// writer through the same handle waits for both RUnlocks, whichever goroutine makes them.
+func TestSharedRWLockHandle(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, admin := newClient(t, b.Addr)
+		rw := c.RWLock("shared:rw")
+		must(t, rw.RLock(ctx))
+		must(t, rw.RLock(ctx)) // a second reader: shares the lock
+		if n := mustInt(t, admin.Do(ctx, admin.B().Hlen().Key("shared:rw").Build())); n != 3 {
+			t.Fatalf("the lock hash has %d fields, want mode and two readers", n)
+		}
+		if ok, err := rw.TryLock(ctx); ok || err != nil {
+			t.Fatalf("TryLock of the write lock under two readers: %v, %v; want false, nil", ok, err)
+		}
+		writer := make(chan error, 1)
+		go func() { writer <- rw.Lock(ctx) }()
+		for range 2 {
+			go func() { must(t, rw.RUnlock(ctx)) }()
+		}
+		if err := <-writer; err != nil {
+			t.Fatalf("the writer after both readers left: %v", err)
+		}
+		must(t, rw.Unlock(ctx))
+		if exists(t, admin, "shared:rw") {
+			t.Fatal("the lock is still there after every hold ended")
+		}
+	})
+}
+
+// A handle made per request costs Redis no more than a reused one: the Client lends each
+// acquisition an idle owner of the name, so successive handles reuse one unlock latch (and
+// for a fair lock one channel) instead of making a latch per handle.
+func TestHandlePerRequestReusesOwners(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, admin := newClient(t, b.Addr)
+		for _, kind := range mutexKinds {
+			name := "per-request:" + kind.name
+			for range 20 {
+				mu := kind.make(c, name)
+				must(t, mu.lock(ctx))
+				must(t, mu.unlock(ctx))
+			}
+			pattern := prefixName(unlockLatchPrefix, name) + ":*"
+			if n := len(keys(t, admin, pattern)); n != 1 {
+				t.Errorf("%s: %d unlock latches after 20 handles, each locked and unlocked once; want 1", kind.name, n)
+			}
+		}
+	})
+}
+
+// keys lists the keys matching pattern.
+func keys(t *testing.T, rdb rueidis.Client, pattern string) []string {
+	t.Helper()
+	ks, err := rdb.Do(context.Background(), rdb.B().Keys().Pattern(pattern).Build()).AsStrSlice()
+	must(t, err)
+	return ks
+}

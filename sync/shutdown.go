@@ -1,0 +1,104 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	gosync "sync"
+)
+
+// A registry is a set of what a Client's handles hold, for Shutdown to give back.
+type registry[T comparable] struct {
+	mu  gosync.Mutex
+	set map[T]struct{}
+}
+
+func (r *registry[T]) add(x T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.set == nil {
+		r.set = make(map[T]struct{})
+	}
+	r.set[x] = struct{}{}
+}
+
+func (r *registry[T]) remove(x T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.set, x)
+}
+
+func (r *registry[T]) all() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	xs := make([]T, 0, len(r.set))
+	for x := range r.set {
+		xs = append(xs, x)
+	}
+	return xs
+}
+
+// setCount sets how many holds the owner knows it has, keeping the Client's registry of
+// owners that hold something. Caller holds op.
+func (o *owner) setCount(n int) {
+	if (o.count == 0) != (n == 0) && o.releaser != nil {
+		if n == 0 {
+			o.c.holders.remove(o)
+		} else {
+			o.c.holders.add(o)
+		}
+	}
+	o.count = n
+}
+
+// Shutdown gives back everything the Client's handles hold — every lock hold, read or write,
+// and every PermitSemaphore acquisition — so that other processes need not wait for the
+// leases to run out, and then closes the Client as Close does. It gives back at most until
+// ctx ends; what it could not give back by then lapses with its lease, as at Close, and the
+// error says why. Acquisitions asked for once Shutdown has begun fail with ErrClosed. A
+// Semaphore's permits are counted, not owned: Release them before Shutdown.
+func (c *Client) Shutdown(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	if c.isClosed() {
+		return nil
+	}
+	c.shutting.Store(true)
+	holders, permits := c.holders.all(), c.permitsHeld.all()
+	errs := make([]error, len(holders)+len(permits))
+	done := make(chan struct{})
+	go func() { // a release runs on within the retry budget whatever ctx says: ctx bounds the wait
+		defer close(done)
+		all(len(holders), func(i int) { errs[i] = holders[i].releaseAll(ctx) })
+		all(len(permits), func(i int) {
+			if err := permits[i].Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+				errs[len(holders)+i] = err
+			}
+		})
+	}()
+	select {
+	case <-done:
+		return errors.Join(append(errs, c.Close())...)
+	case <-ctx.Done():
+		c.Close()
+		return fmt.Errorf("dsync: shutdown: holds not all given back; they lapse with their leases: %w", ctx.Err())
+	}
+}
+
+// releaseAll releases every hold the owner knows it has, one numbered release each.
+func (o *owner) releaseAll(ctx context.Context) error {
+	for {
+		n, err := o.holds(ctx)
+		if err != nil || n == 0 {
+			return err
+		}
+		err = o.release(ctx, func(_ bool, latch, req string) (script, *heir) { return o.releaser(o.count, latch, req), nil })
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}

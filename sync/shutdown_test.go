@@ -1,0 +1,80 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// Shutdown gives back every hold and permit the Client has, so that other processes take
+// them at once, not a lease later; then the Client is closed.
+func TestShutdownGivesEverythingBack(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, admin := newClient(t, b.Addr) // holds kept by the watchdog: a 30 s lease each
+		other, _ := newClient(t, b.Addr)
+		must(t, c.Lock("shutdown:lock").Lock(ctx))
+		must(t, c.FairLock("shutdown:fair").Lock(ctx))
+		re := c.Lock("shutdown:reentrant", Reentrant())
+		must(t, re.Lock(ctx))
+		must(t, re.Lock(ctx))
+		must(t, c.RWLock("shutdown:read").RLock(ctx))
+		must(t, c.RWLock("shutdown:write").Lock(ctx))
+		sem := c.PermitSemaphore("shutdown:permits")
+		if _, err := sem.TrySetPermits(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sem.Acquire(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		waiting := lockAsync(ctx, other.Lock("shutdown:lock"))
+
+		start := time.Now()
+		if err := c.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		wantResult(t, "the other Client's waiter", waiting, 5*time.Second)
+		t.Logf("the waiter got the lock %v after Shutdown began (its lease: 30 s)", time.Since(start).Round(time.Millisecond))
+		for _, name := range []string{"shutdown:fair", "shutdown:reentrant", "shutdown:read", "shutdown:write"} {
+			if exists(t, admin, name) {
+				t.Errorf("%s still held after Shutdown", name)
+			}
+		}
+		if n, err := other.PermitSemaphore("shutdown:permits").AvailablePermits(ctx); n != 1 || err != nil {
+			t.Errorf("available permits after Shutdown: %d, %v; want 1", n, err)
+		}
+		if err := c.Lock("shutdown:after").Lock(ctx); !errors.Is(err, ErrClosed) {
+			t.Errorf("Lock after Shutdown: %v, want ErrClosed", err)
+		}
+	})
+}
+
+// A Shutdown whose context ends before Redis answers returns, and leaves what it could not
+// give back to lapse with its lease.
+func TestShutdownIsBoundedByItsContext(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr())
+		must(t, c.Lock("shutdown:bounded").Lock(ctx))
+		proxy.Blackhole(true)
+		sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := c.Shutdown(sctx)
+		if took := time.Since(start); took > 300*time.Millisecond+2*time.Second {
+			t.Fatalf("Shutdown with Redis unreachable took %v against a 300 ms context", took)
+		}
+		if err == nil {
+			t.Fatal("Shutdown that could not give the hold back reported nothing")
+		}
+		if !c.isClosed() {
+			t.Fatal("the Client is not closed after Shutdown")
+		}
+	})
+}

@@ -33,6 +33,8 @@ func TestZeroValueHandlesAreInvalid(t *testing.T) {
 		"Lock.IsLocked":     func() error { _, err := l.IsLocked(ctx); return err },
 		"Lock.HoldCount":    func() error { _, err := l.HoldCount(ctx); return err },
 		"Lock.RemainingTTL": func() error { _, err := l.RemainingTTL(ctx); return err },
+		"Lock.Extend":       func() error { return l.Extend(ctx, time.Second) },
+		"RWLock.Extend":     func() error { return rw.Extend(ctx, time.Second) },
 		"FairLock.Lock":     func() error { return fl.Lock(ctx) },
 		"FencedLock.Token":  func() error { _, err := fen.Token(ctx); return err },
 		"FencedLock.LockToken": func() error {
@@ -72,6 +74,24 @@ func TestZeroValueHandlesAreInvalid(t *testing.T) {
 			return err
 		},
 	}
+	// Methods without an error answer for a zero value too, without a panic: no owner, no
+	// hold, a hold context that ends at once.
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("a method without an error on a zero value panicked: %v", r)
+			}
+		}()
+		_, _ = l.Owner(), rw.Owner()
+		_, _ = l.Valid(), rw.Valid()
+		hctx, cancel := l.HoldContext(ctx)
+		defer cancel()
+		select {
+		case <-hctx.Done():
+		case <-time.After(time.Second):
+			t.Error("the HoldContext of a zero value did not end at once")
+		}
+	}()
 	for what, call := range calls {
 		func() {
 			defer func() {

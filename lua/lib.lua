@@ -1,6 +1,34 @@
 -- Helpers shared by the lock scripts; lua.go puts this file in front of each script that
 -- uses them.
 
+-- wrong_type stops the script with the error latchkey reports as ErrWrongType: key holds a
+-- value the script cannot use. (A string error, not error_reply's table, which miniredis
+-- cannot raise from a function.)
+local function wrong_type(key)
+    error('WRONGTYPE ' .. key .. ' holds a value of another kind')
+end
+
+-- int_at returns the integer key holds (a semaphore's permits, a latch's count), 0 when it
+-- does not exist, and whether it exists; a value of another type or kind is wrong_type.
+local function int_at(key)
+    local v = redis.call('get', key)
+    if not v then
+        return 0, false
+    end
+    if not string.match(v, '^%-?%d+$') then
+        wrong_type(key)
+    end
+    return tonumber(v), true
+end
+
+-- must_be stops the script (wrong_type) unless key holds a value of type kind or none.
+local function must_be(key, kind)
+    local t = redis.call('type', key)['ok']
+    if t ~= kind and t ~= 'none' then
+        wrong_type(key)
+    end
+end
+
 -- extend sets key's TTL to at least ms (a number): a lease only grows.
 local function extend(key, ms)
     if redis.call('pttl', key) < ms then

@@ -4,7 +4,9 @@
 // messages that Redisson's scripts have (see docs/redisson-interop.md), so Go and Java
 // processes can work on the same keys. Every script that changes state is safe to repeat:
 // counts come from the caller, leases only grow, and releases are numbered on the owner's
-// unlock latch. The values are immutable and safe to share.
+// unlock latch. A key holding a value a script cannot use (a word where a count belongs)
+// stops it with a WRONGTYPE error (lib.lua's wrong_type). The values are immutable and safe
+// to share.
 package lua
 
 import (
@@ -123,7 +125,7 @@ var (
 
 	// LockForceRelease deletes a lock whoever holds it and wakes the next waiting client as
 	// LockRelease does: KEYS [lock, channel, waiting clients], ARGV [publishCmd]. It replies
-	// 1 if a lock was deleted.
+	// 1 if a lock was deleted; a key that is no hash is refused (WRONGTYPE), not deleted.
 	LockForceRelease = newScript(lib + lockForceRelease)
 
 	// LockLeave drops a client's registration as a waiter of a plain lock when its last
@@ -212,17 +214,18 @@ var (
 	SemSet = newScript(lib + semSet)
 
 	// LatchSet sets a countdown latch's count if it does not exist and publishes 1: KEYS
-	// [latch, handle's latch, channel], ARGV [count, requestNumber, latchMs, publishCmd]. It
-	// replies 1, or nil when the latch existed.
+	// [latch, handle's latch], ARGV [count, requestNumber, latchMs, publishCmd, channel]. It
+	// replies 1, or nil when the latch existed. (The channel is no key: Redisson's hashes to
+	// another slot for a name with its own hash tag.)
 	LatchSet = newScript(lib + latchSet)
 
 	// LatchCountDown counts a countdown latch down by one, deleting it and publishing 0 at
-	// zero: KEYS [latch, handle's latch, channel], ARGV [requestNumber, latchMs, publishCmd].
+	// zero: KEYS [latch, handle's latch], ARGV [requestNumber, latchMs, publishCmd, channel].
 	// It replies 1.
 	LatchCountDown = newScript(lib + latchCountDown)
 
-	// LatchDelete deletes a countdown latch and publishes 1: KEYS [latch, handle's latch,
-	// channel], ARGV [requestNumber, latchMs, publishCmd]. It replies 1, or nil when there was
+	// LatchDelete deletes a countdown latch and publishes 1: KEYS [latch, handle's latch],
+	// ARGV [requestNumber, latchMs, publishCmd, channel]. It replies 1, or nil when there was
 	// none.
 	LatchDelete = newScript(lib + latchDelete)
 
@@ -230,7 +233,8 @@ var (
 	// [semaphore, acquired permits, handle's latch, channel], ARGV [expiryMs, nowMs,
 	// requestNumber, latchMs, cancel (1/0), publishCmd, id1..n (hex)]. It replies the
 	// permits left (-1 from a repeat), {ms until the nearest expiry} or nil when too few
-	// were available. With cancel it withdraws the request as SemAcquire does.
+	// were available, or {'total', permits in all} when the semaphore has fewer in all than
+	// asked for. With cancel it withdraws the request as SemAcquire does.
 	PermitAcquire = newScript(lib + permAcquire)
 
 	// PermitRelease gives back acquired permits: KEYS [semaphore, acquired permits, handle's

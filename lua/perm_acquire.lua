@@ -7,7 +7,8 @@
 -- it, ARGV[6] publish command, ARGV[7..] the permits' IDs (hex).
 -- Reply: the permits left after taking them (-1 from a repeat: not known), or, when too few
 -- were available, {ms until the nearest expiry} or nil when no acquired permit expires
--- (nothing is taken; expired ones are reclaimed). A cancel gives back what the request
+-- (nothing is taken; expired ones are reclaimed) — or {'total', permits in all} when the
+-- semaphore exists and has fewer permits in all, available and acquired, than asked for. A cancel gives back what the request
 -- took, if it ran, and replies as cancel does. Safe to repeat.
 local now, req = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = from(ARGV, 7)
@@ -18,7 +19,14 @@ if ARGV[5] == '1' then
 end
 return numbered(KEYS[3], ARGV[4], req, -1, function()
     reclaim(KEYS[1], KEYS[2], KEYS[4], now, ARGV[6], #ids)
-    local left = tonumber(redis.call('get', KEYS[1]) or '0') - #ids
+    local available, exists = int_at(KEYS[1])
+    local left = available - #ids
+    if left < 0 and exists then
+        local total = available + redis.call('zcard', KEYS[2])
+        if #ids > total then
+            return { 'total', total }, true -- more than there are in all: waiting is no use
+        end
+    end
     if left < 0 then
         local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
         if first[2] and first[2] ~= no_expiry then

@@ -11,7 +11,8 @@
 local mode, p, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 return numbered(KEYS[3], ARGV[5], tonumber(ARGV[4]), 1, function()
     reclaim(KEYS[1], KEYS[2], KEYS[4], now, ARGV[6])
-    local v = redis.call('get', KEYS[1])
+    local n, exists = int_at(KEYS[1])
+    local v = exists and n
     local change = 0
     if mode == 'add' then
         redis.call('incrby', KEYS[1], p)
@@ -22,7 +23,7 @@ return numbered(KEYS[3], ARGV[5], tonumber(ARGV[4]), 1, function()
     elseif mode == 'try' then
         return nil
     else
-        local all = tonumber(v) + redis.call('zcard', KEYS[2])
+        local all = n + redis.call('zcard', KEYS[2])
         if all ~= p then
             redis.call('incrby', KEYS[1], p - all)
             change = p

@@ -7,19 +7,21 @@
 -- Reply: available: the available permits; acquired: the acquired ones; permits: both (0
 -- when the semaphore does not exist); lease: the ms the permit has left, -1 when it never
 -- expires, nil when it is not acquired; update: 1 when the permit was acquired (its expiry
--- set to at least ARGV[5]: a lease only grows), 0 when not. Safe to repeat.
+-- set to at least ARGV[5]: a lease only grows), 0 when not. A semaphore key holding
+-- anything but a count is refused (WRONGTYPE), in every mode. Safe to repeat.
 local mode, now = ARGV[1], tonumber(ARGV[2])
+int_at(KEYS[1]) -- first: every mode refuses a key of another kind
 reclaim(KEYS[1], KEYS[2], KEYS[3], now, ARGV[3])
 if mode == 'available' then
-    return tonumber(redis.call('get', KEYS[1]) or '0')
+    return (int_at(KEYS[1]))
 elseif mode == 'acquired' then
     return redis.call('zcard', KEYS[2])
 elseif mode == 'permits' then
-    local v = redis.call('get', KEYS[1])
-    if not v then
+    local n, exists = int_at(KEYS[1])
+    if not exists then
         return 0
     end
-    return tonumber(v) + redis.call('zcard', KEYS[2])
+    return n + redis.call('zcard', KEYS[2])
 end
 local raw = unhex(ARGV[4])
 local exp = redis.call('zscore', KEYS[2], raw)

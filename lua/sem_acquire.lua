@@ -14,7 +14,7 @@ if ARGV[4] == '1' then
     end)
 end
 return numbered(KEYS[2], ARGV[3], req, -1, function()
-    local available = tonumber(redis.call('get', KEYS[1]) or '0')
+    local available = int_at(KEYS[1])
     local left = available - n
     if left < 0 then
         return { available }, true

@@ -13,12 +13,13 @@ if mode == 'drain' then
     replay = -1
 end
 return numbered(KEYS[2], ARGV[4], tonumber(ARGV[3]), replay, function()
-    local v = redis.call('get', KEYS[1])
+    local n, exists = int_at(KEYS[1])
+    local v = exists and n
     if mode == 'drain' then
         if v then
             redis.call('set', KEYS[1], 0, 'keepttl')
         end
-        return tonumber(v or '0')
+        return n
     end
     if mode == 'try' and v then
         return nil

@@ -67,6 +67,12 @@ func CountPolicy(payload string) int {
 // ErrClosed is returned by Subscribe after Close.
 var ErrClosed = errors.New("pubsub: mux closed")
 
+// ErrShardedCluster is returned by Subscribe and Listen of a Sharded Mux on a Cluster
+// client: each shard channel must be subscribed on its slot's node, which one subscriber
+// connection cannot do (rueidis refuses such a command on a dedicated connection with a
+// panic).
+var ErrShardedCluster = errors.New("pubsub: sharded pub/sub on a Cluster client is not supported")
+
 // Options configure a Mux.
 type Options struct {
 	// Mode selects plain or sharded pub/sub.
@@ -129,7 +135,7 @@ type Waiter struct {
 }
 
 // New returns a Mux on client and starts its connection goroutine. client is not closed by
-// the Mux.
+// the Mux. A Sharded Mux on a Cluster client is stopped from the start (ErrShardedCluster).
 func New(client rueidis.Client, opts Options) *Mux {
 	log := opts.Logger
 	if log == nil {
@@ -154,6 +160,9 @@ func New(client rueidis.Client, opts Options) *Mux {
 		stop:     make(chan struct{}),
 		dead:     make(chan struct{}),
 		done:     make(chan struct{}),
+	}
+	if m.mode == Sharded && client.Mode() == rueidis.ClientModeCluster {
+		m.dieLocked(ErrShardedCluster) // nothing runs yet: no lock needed
 	}
 	go m.run()
 	return m
@@ -678,8 +687,16 @@ func (m *Mux) redirty(names []string) {
 }
 
 // send issues one (S)SUBSCRIBE or (S)UNSUBSCRIBE; rueidis returns once the server has
-// confirmed every channel in it.
-func (m *Mux) send(c *conn, join bool, names []string) error {
+// confirmed every channel in it. Should rueidis panic on the command (its cluster client
+// does on a command for another slot than the connection's; New keeps a Sharded Mux off a
+// Cluster client so that none is sent), the panic is an error: this goroutine is no
+// caller's to recover.
+func (m *Mux) send(c *conn, join bool, names []string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("pubsub: command refused by the client: %v", r)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(m.ctx, m.timeout)
 	defer cancel()
 	b := c.dc.B()

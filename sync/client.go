@@ -37,7 +37,9 @@ const (
 	// PubSubPlain publishes with PUBLISH and listens with SUBSCRIBE. The default, and what
 	// Redisson uses with a single server, Sentinel or replicated servers.
 	PubSubPlain PubSubMode = iota
-	// PubSubSharded publishes with SPUBLISH and listens with SSUBSCRIBE (Redis 7+).
+	// PubSubSharded publishes with SPUBLISH and listens with SSUBSCRIBE (Redis 7+). Not yet
+	// on a Cluster client, where each shard channel must be subscribed on its slot's node:
+	// New refuses it there.
 	PubSubSharded
 )
 
@@ -109,7 +111,8 @@ func WithClientID(id string) Option {
 	}
 }
 
-// WithPubSubMode selects plain or sharded pub/sub. Default PubSubPlain.
+// WithPubSubMode selects plain or sharded pub/sub. Default PubSubPlain. New refuses
+// PubSubSharded on a Cluster client (see PubSubSharded).
 func WithPubSubMode(mode PubSubMode) Option {
 	return func(c *config) error {
 		if mode != PubSubPlain && mode != PubSubSharded {
@@ -227,6 +230,7 @@ type Client struct {
 	fairWaitMs string
 	replicas   int64 // see WithSyncReplicas; 0: none waited for
 	replicaMs  int64
+	cluster    bool       // rdb is a Cluster client: every name's keys must share a slot
 	loaded     gosync.Map // *lua.Script: run once by this Client with WithSyncReplicas
 
 	// afterAcquire, if set, runs when an acquire script has replied, before its hold is
@@ -267,6 +271,9 @@ type Client struct {
 }
 
 // New returns a Client on rdb, which may be a standalone, Sentinel or Cluster rueidis client.
+// On a Cluster client every name's keys must share a hash slot: a name with a '{' but no
+// hash tag is reported by its handle's methods (ErrInvalidArgument), and PubSubSharded is
+// refused.
 // Close the Client before rdb; the Client never closes rdb. Should rdb be closed first,
 // waiting calls return an error wrapping rueidis.ErrClosing as soon as any request of the
 // Client (a renewal included) finds it closed, which wakes them to re-check, and at their
@@ -285,6 +292,12 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		if err := opt(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	cluster := rdb.Mode() == rueidis.ClientModeCluster
+	if cluster && cfg.mode == PubSubSharded {
+		// Every SSUBSCRIBE must go to its channel's node, which one subscriber connection
+		// cannot do.
+		return nil, invalid("pub/sub mode", "%v is not supported on a Cluster client yet; use PubSubPlain", cfg.mode)
 	}
 	if cfg.id == "" {
 		cfg.id = newClientID()
@@ -308,6 +321,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		fairWaitMs: strconv.FormatInt(cfg.fairWait.Milliseconds(), 10),
 		replicas:   int64(cfg.replicas),
 		replicaMs:  cfg.replicaWait.Milliseconds(),
+		cluster:    cluster,
 		closed:     make(chan struct{}),
 	}
 	var prefix [8]byte

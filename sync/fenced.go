@@ -73,5 +73,5 @@ func (l *FencedLock) Token(ctx context.Context) (int64, error) {
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
-	return n, o.wrap(err)
+	return n, o.wrapKey(l.tokenKey, err)
 }

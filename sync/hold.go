@@ -21,7 +21,7 @@ func (o *owner) holdContext(parent context.Context) (context.Context, context.Ca
 	ctx, cancel := context.WithCancelCause(parent)
 	lease := o.lease.Load()
 	if lease == nil {
-		cancel(fmt.Errorf("%w: %q: the handle holds nothing", ErrNotHeld, o.name))
+		cancel(o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld)))
 		return ctx, func() { cancel(context.Canceled) }
 	}
 	ended := lease.Ended()
@@ -66,7 +66,7 @@ func (o *owner) extend(ctx context.Context, lease time.Duration, renew func(ms s
 	}
 	defer o.unlock()
 	if o.count == 0 {
-		return fmt.Errorf("%w: %q: the handle holds nothing", ErrNotHeld, o.name)
+		return o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
 	}
 	if o.leaseLost() {
 		return o.lost("extended after the lease was lost")
@@ -79,7 +79,7 @@ func (o *owner) extend(ctx context.Context, lease time.Duration, renew func(ms s
 	}
 	held, err := msg.AsIntSlice()
 	if err != nil || len(held) != 1 {
-		return o.wrap(fmt.Errorf("dsync: unexpected renewal reply %v: %w", msg, err))
+		return o.wrap(fmt.Errorf("unexpected renewal reply %v: %w", msg, err))
 	}
 	if held[0] != 1 {
 		return o.lost("the hold was gone when extended")
@@ -114,7 +114,7 @@ func (l *exclusive) Extend(ctx context.Context, lease time.Duration) error {
 		if err := l.o.check(ctx); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %q: the handle holds nothing", ErrNotHeld, l.o.name)
+		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
 	}
 	return o.extend(ctx, lease, func(ms string) script {
 		return script{lua.LockRenew, []string{o.name}, []string{ms, o.id}}

@@ -41,7 +41,7 @@ type CountDownLatch struct {
 // makes no network call; an empty name is reported by the handle's methods.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	l := &CountDownLatch{channel: latchChannel(name)}
-	l.p.init(c, name)
+	l.p.init(c, name, "countdown latch")
 	return l
 }
 
@@ -81,10 +81,12 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 }
 
 // request runs one of the latch's scripts, numbered, with args before the request number.
+// The channel is an argument, not a key: for a name with its own hash tag it hashes to
+// another slot (see latchChannel).
 func (l *CountDownLatch) request(ctx context.Context, s *lua.Script, args ...string) (rueidis.RedisMessage, error) {
 	o := &l.p.owner
 	return l.p.request(ctx, func(latch, req string) script {
-		return script{s, []string{o.name, latch, l.channel}, append(args, req, unlockLatchMs, o.c.publishCmd)}
+		return script{s, []string{o.name, latch}, append(args, req, unlockLatchMs, o.c.publishCmd, l.channel)}
 	}, nil)
 }
 

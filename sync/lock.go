@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -92,7 +93,7 @@ type exclusive struct {
 
 func (l *exclusive) init(c *Client, name, kind string, fair *fairKeys, opts []HandleOption) {
 	cfg, err := handleOptions(opts)
-	l.o.init(c, name, c.lockKind)
+	l.o.init(c, name, kindWhat[kind], c.lockKind)
 	if l.o.err == nil {
 		l.o.err = err
 	}
@@ -104,6 +105,9 @@ func (l *exclusive) init(c *Client, name, kind string, fair *fairKeys, opts []Ha
 		l.clientCh = l.clients + ":" + c.lockToken
 	}
 }
+
+// kindWhat is how errors name a handle of each kind (see exclusive.init).
+var kindWhat = map[string]string{"lock": "lock", "fair": "fair lock", "fenced": "fenced lock"}
 
 // releaser makes o's numbered release of a hold it does not count (see owner.releaser).
 func (l *exclusive) releaser(o *owner) func(holds int, latch, n string) script {
@@ -133,7 +137,7 @@ func (l *exclusive) borrow() *owner {
 		return o
 	}
 	o := &owner{}
-	o.init(c, l.o.name, c.lockKind)
+	o.init(c, l.o.name, l.o.what, c.lockKind)
 	o.releaser = l.releaser(o)
 	return o
 }
@@ -364,6 +368,11 @@ func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.D
 	}
 	switch {
 	case ok:
+	case errors.Is(err, ErrNotReplicated):
+		// Taken, unconfirmed and given back (see owner.attempt): the take dropped the
+		// waiter's claim (its place, its Client's registration), and the give-back freed the
+		// lock and woke the next — what a leave would do, at the cost of a third WAIT.
+		o.c.mux.Wake(l.wakeCh(o))
 	case l.fair != nil:
 		if got, gerr := l.leave(ctx, o, lease); got || gerr != nil {
 			return got, gerr
@@ -477,7 +486,7 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 	}
 	o, ok := l.held.pop()
 	if !ok {
-		return fmt.Errorf("%w: %q: the handle holds nothing", ErrNotHeld, l.o.name)
+		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
 	}
 	err := l.unlockAs(ctx, o)
 	if o.count > 0 {
@@ -600,10 +609,18 @@ func (l *exclusive) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
-	ms, err := o.c.rdb.Do(ctx, o.c.rdb.B().Pttl().Key(o.name).Build()).AsInt64()
+	// TYPE with it, one round trip: PTTL alone would time a key that is no lock.
+	rs := o.c.rdb.DoMulti(ctx, o.c.rdb.B().Type().Key(o.name).Build(), o.c.rdb.B().Pttl().Key(o.name).Build())
+	t, err := rs[0].ToString()
+	ms, perr := rs[1].AsInt64()
+	if err == nil {
+		err = perr
+	}
 	switch {
 	case err != nil:
 		return 0, o.wrap(err)
+	case t != "hash" && t != "none":
+		return 0, o.wrongType(o.name)
 	case ms == -2:
 		return 0, nil
 	case ms < 0:

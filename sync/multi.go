@@ -26,9 +26,17 @@ type Locker interface {
 	where() string
 }
 
-func (l *exclusive) where() string { return l.o.c.id + " " + l.o.name }
-func (l *RWLock) where() string    { return l.r.c.id + " " + l.r.name }
-func (r rwReader) where() string   { return r.l.where() }
+func (l *exclusive) where() string { return l.o.where() }
+func (l *RWLock) where() string    { return l.r.where() }
+
+// where is the owner's name on its Client ("" for a zero value, whose calls report it).
+func (o *owner) where() string {
+	if o.c == nil {
+		return ""
+	}
+	return o.c.id + " " + o.name
+}
+func (r rwReader) where() string { return r.l.where() }
 
 // Multi takes several locks as one, all or none (Redisson's RedissonMultiLock), over any mix
 // of lock handles — of one Client or several, on one Redis or several. It makes no key of
@@ -68,7 +76,7 @@ func MultiLock(locks ...Locker) *Multi {
 				m.err = invalid("locks", "#%d must not be nil", i)
 				break
 			}
-			if names[l.where()] {
+			if w := l.where(); w != "" && names[w] {
 				m.err = invalid("locks", "must not name %q twice on one Client", l.Name())
 				break
 			}
@@ -136,6 +144,9 @@ func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error
 func (m *Multi) check(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("ctx", "must not be nil")
+	}
+	if m.err == nil && len(m.locks) == 0 {
+		return invalid("multi-lock", "is a zero value: make it with MultiLock or RedLock")
 	}
 	return m.err
 }

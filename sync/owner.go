@@ -44,6 +44,7 @@ const (
 type owner struct {
 	c    *Client
 	name string // the object's name, its Redis key
+	what string // the primitive, as errors name it: "lock", "semaphore"...
 	id   string // "<client UUID>:<n>"
 	kind *watchdog.Kind
 	err  error // a bad name, reported by every call
@@ -72,13 +73,19 @@ type owner struct {
 	lease    atomic.Pointer[watchdog.Lease]
 }
 
-// init makes o a fresh owner of c on the object called name, its holds leased as kind.
-func (o *owner) init(c *Client, name string, kind *watchdog.Kind) {
-	o.c, o.name, o.kind, o.op = c, name, kind, make(chan struct{}, 1)
+// init makes o a fresh owner of c on the what called name, its holds leased as kind.
+func (o *owner) init(c *Client, name, what string, kind *watchdog.Kind) {
+	o.c, o.name, o.what, o.kind, o.op = c, name, what, kind, make(chan struct{}, 1)
 	o.id = c.id + ":" + strconv.FormatInt(c.owners.Add(1), 10)
-	if name == "" {
+	switch {
+	case name == "":
 		o.err = invalid("name", "must not be empty, got %q", name)
-	} else if strings.Contains(name, "{") && !hasHashTag(name) {
+	case c.cluster && strings.Contains(name, "{") && !hasHashTag(name):
+		// Redisson's rule (REDISSON-LAYOUT §1.2) trusts any '{' to be a tag: the channel and
+		// latch keys would hash to other slots, and a cluster refuses a script whose keys do.
+		o.err = invalid("name", "%q has a '{' but no hash tag ({tag}, not empty), so its keys cannot share "+
+			"a hash slot, which a Cluster requires: give it a tag, or no '{'", name)
+	case strings.Contains(name, "{") && !hasHashTag(name):
 		// Redisson's rule (REDISSON-LAYOUT §1.2) trusts any '{' to be a tag: the channel and
 		// latch keys then hash elsewhere, which a cluster rejects as CROSSSLOT.
 		c.log.Warn("name has '{' but no valid hash tag; its derived keys may fall in another slot",
@@ -127,24 +134,42 @@ func (o *owner) holds(ctx context.Context) (int, error) {
 	return o.count, nil
 }
 
-// exists reports whether the object's key exists: whether anyone holds a lock.
+// exists reports whether the object's key, a lock's hash, exists: whether anyone holds the
+// lock. A key of another type is ErrWrongType. (TYPE costs what EXISTS does.)
 func (o *owner) exists(ctx context.Context) (bool, error) {
 	if err := o.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Exists().Key(o.name).Build()).AsInt64()
-	return n == 1, o.wrap(err)
+	t, err := o.c.rdb.Do(ctx, o.c.rdb.B().Type().Key(o.name).Build()).ToString()
+	switch {
+	case err != nil:
+		return false, o.wrap(err)
+	case t == "none":
+		return false, nil
+	case t != "hash":
+		return false, o.wrongType(o.name)
+	}
+	return true, nil
 }
 
-// check validates what every Redis-touching call gets.
+// wrongType is the ErrWrongType of key, one of the object's keys.
+func (o *owner) wrongType(key string) error {
+	return o.wrap(tag(fmt.Sprintf("key %q holds a value of another type", key), ErrWrongType))
+}
+
+// check validates what every Redis-touching call gets — a handle's zero value (a Client
+// method makes every handle) included.
 func (o *owner) check(ctx context.Context) error {
+	if o.c == nil {
+		return invalid("handle", "is a zero value: make it with a Client method (Client.Lock, Client.Semaphore, …)")
+	}
 	if ctx == nil {
-		return invalid("ctx", "must not be nil")
+		return o.wrap(invalid("ctx", "must not be nil"))
 	}
 	if o.c.isClosed() {
-		return ErrClosed
+		return o.wrap(ErrClosed)
 	}
-	return o.err
+	return o.wrap(o.err)
 }
 
 // A request is a numbered request kept for repeating.
@@ -207,7 +232,7 @@ func (o *owner) request(ctx context.Context, req func(latch, n string) script, c
 		// is (what it took, if anything, is given back), whatever ctx says.
 		o.unsettled = &request{script: r.s, keys: r.keys, args: cancel(slices.Clone(r.args)), sent: sent}
 		if serr := o.settle(context.WithoutCancel(ctx)); serr != nil {
-			err = errors.Join(err, fmt.Errorf("dsync: giving it back: %w", serr))
+			err = o.wrap(errors.Join(err, fmt.Errorf("giving it back: %w", serr)))
 		}
 	}
 	return msg, err
@@ -223,8 +248,8 @@ type pool struct {
 	idle []*owner // last in, first out
 }
 
-func (p *pool) init(c *Client, name string) {
-	p.owner.init(c, name, nil)
+func (p *pool) init(c *Client, name, what string) {
+	p.owner.init(c, name, what, nil)
 	p.idle = []*owner{&p.owner}
 }
 
@@ -236,7 +261,7 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 	if n := len(p.idle); n > 0 {
 		o, p.idle = p.idle[n-1], p.idle[:n-1]
 	} else {
-		o = &owner{c: p.c, name: p.name, id: p.id, err: p.err, op: make(chan struct{}, 1)}
+		o = &owner{c: p.c, name: p.name, what: p.what, id: p.id, err: p.err, op: make(chan struct{}, 1)}
 	}
 	p.mu.Unlock()
 	msg, err := o.request(ctx, req, cancel)
@@ -374,7 +399,7 @@ func replied(err error) bool { return err == nil || errors.Is(err, ErrNotReplica
 // owner's next acquire adopts it. Caller holds op.
 func (o *owner) disown(ctx context.Context, err error, holds int) error {
 	if gerr := o.giveBack(ctx, holds); gerr != nil {
-		return errors.Join(o.wrap(err), fmt.Errorf("dsync: giving it back: %w", gerr))
+		return o.wrap(errors.Join(err, fmt.Errorf("giving it back: %w", gerr)))
 	}
 	return o.wrap(err)
 }
@@ -437,15 +462,25 @@ func notRun(e *rueidis.RedisError) bool {
 	return false
 }
 
-// wrap names the object in an error, and turns a WRONGTYPE refusal into ErrWrongType.
-func (o *owner) wrap(err error) error {
+// wrap names the object in an error (see objectError; an error that names it already is
+// returned as is), and turns a reply that says the object's key holds a value of another
+// type or kind — a WRONGTYPE refusal, a script's own (see lib.lua's wrong_type), an
+// increment of a word, a count that does not parse — into ErrWrongType naming the key.
+func (o *owner) wrap(err error) error { return o.wrapKey(o.name, err) }
+
+// wrapKey is wrap for an error about key, one of the object's keys.
+func (o *owner) wrapKey(key string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.Contains(rerr.Error(), "WRONGTYPE") {
-		return fmt.Errorf("%w: key %q: %w", ErrWrongType, o.name, err)
+	if oe, ok := err.(*objectError); ok && oe.name == o.name {
+		return err
 	}
-	return fmt.Errorf("dsync: %q: %w", o.name, err)
+	var num *strconv.NumError
+	if rerr, ok := rueidis.IsRedisErr(err); ok && wrongTypeText(rerr.Error()) || errors.As(err, &num) {
+		return o.wrongType(key)
+	}
+	return &objectError{what: o.what, name: o.name, err: err}
 }
 
 // A script is one request: a script with its keys and arguments.
@@ -612,7 +647,7 @@ func (o *owner) release(ctx context.Context, req func(last bool, latch, n string
 		return err
 	case msg.IsNil():
 		if o.count == 0 {
-			return fmt.Errorf("%w: %q, owner %s", ErrNotHeld, o.name, o.id)
+			return o.wrap(fmt.Errorf("%w by owner %s", ErrNotHeld, o.id))
 		}
 		return o.lost("the release found the lock gone")
 	case inner:
@@ -731,7 +766,7 @@ func (o *owner) lost(reason string) error {
 
 // lostErr is the error of a hold found lost.
 func (o *owner) lostErr(reason string) error {
-	return fmt.Errorf("%w: %w: %q, owner %s: %s", ErrLockLost, ErrNotHeld, o.name, o.id, reason)
+	return o.wrap(tag(fmt.Sprintf("lease lost (owner %s): %s", o.id, reason), ErrLockLost, ErrNotHeld))
 }
 
 // leaseLost reports whether the current hold's lease was lost: a hold the owner still counts

@@ -43,7 +43,7 @@ type PermitSemaphore struct {
 // key). It makes no network call; an empty name is reported by the handle's methods.
 func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
 	s := &PermitSemaphore{channel: prefixName(semaphoreChannelPrefix, name), timeouts: suffixName(name, "timeout")}
-	s.p.init(c, name)
+	s.p.init(c, name, "permit semaphore")
 	return s
 }
 
@@ -55,6 +55,16 @@ func (s *PermitSemaphore) Name() string { return s.p.name }
 const maxPermitsPerCall = 4096
 
 // Permits are the permits one acquisition took: their IDs and their lease.
+//
+// A nil *Permits — what a failed Acquire returns — holds nothing: its Release returns
+// ErrNotHeld, so that the usual order
+//
+//	p, err := s.Acquire(ctx, 1)
+//	defer p.Release(ctx)
+//	if err != nil { ... }
+//
+// does not panic; IDs is empty, Valid false, Deadline false and Lost nil (never closed), as
+// for a zero Permits.
 type Permits struct {
 	s        *PermitSemaphore
 	ids      []string
@@ -63,37 +73,59 @@ type Permits struct {
 }
 
 // IDs returns the permits' IDs, 32 lowercase hex characters each, as Redisson shows them.
-func (p *Permits) IDs() []string { return append([]string(nil), p.ids...) }
+func (p *Permits) IDs() []string {
+	if p == nil {
+		return nil
+	}
+	return append([]string(nil), p.ids...)
+}
+
+// held reports whether p is the result of an acquisition (not nil, not a zero Permits).
+func (p *Permits) held() bool { return p != nil && p.s != nil && p.lease != nil }
 
 // Lost returns a channel closed when the permits' lease is lost while held: the watchdog
 // found a permit gone or expired, no renewal succeeded before the lease ran out, an explicit
 // Lease ran out, or Release found a permit expired. What it can and cannot promise is as for
 // Lock.Lost: check Valid right before acting.
-func (p *Permits) Lost() <-chan struct{} { return p.lease.Lost() }
+func (p *Permits) Lost() <-chan struct{} {
+	if !p.held() {
+		return nil
+	}
+	return p.lease.Lost()
+}
 
 // Valid reports whether the permits' lease is ahead now by the monotonic clock, as last
 // confirmed by Redis, and no loss is known. After Release it is false.
 func (p *Permits) Valid() bool {
-	d, ok := p.lease.Deadline()
+	d, ok := p.Deadline()
 	return ok && time.Now().Before(d)
 }
 
 // Deadline returns when the permits' lease ends unless renewed, as last confirmed by Redis,
 // and false once they are released or their lease is lost.
-func (p *Permits) Deadline() (time.Time, bool) { return p.lease.Deadline() }
+func (p *Permits) Deadline() (time.Time, bool) {
+	if !p.held() {
+		return time.Time{}, false
+	}
+	return p.lease.Deadline()
+}
 
 // Release gives the permits back. It returns nil when every one of them was still acquired
 // and unexpired; an error wrapping ErrLockLost (and ErrNotHeld) when some had expired (they
 // are given back all the same, and Lost closes); ErrNotHeld after a Release that got a reply
 // or whose outcome is unknown. Its repeats and unknown outcomes are as for
 // Semaphore.Release. Refused by Redis, it did nothing: the permits are held, no longer
-// renewed, until Release is called again or their lease ends.
+// renewed, until Release is called again or their lease ends. On a nil (or zero) Permits,
+// which hold nothing, it returns an error wrapping ErrNotHeld and sends nothing.
 func (p *Permits) Release(ctx context.Context) error {
+	if !p.held() {
+		return fmt.Errorf("%w: no permits (a nil Permits, as a failed Acquire returns)", ErrNotHeld)
+	}
 	if err := p.s.p.check(ctx); err != nil {
 		return err
 	}
 	if p.released.Swap(true) {
-		return fmt.Errorf("%w: %q: the permits were released already", ErrNotHeld, p.s.p.name)
+		return p.s.p.wrap(fmt.Errorf("%w: the permits were released already", ErrNotHeld))
 	}
 	if round := p.lease.Stop(); round != nil {
 		<-round // a renewal on its way lands before the release, never after
@@ -108,9 +140,12 @@ func (p *Permits) Release(ctx context.Context) error {
 	}
 	p.s.p.c.permitsHeld.remove(p)
 	if replied(err) && live >= 0 && live < len(p.ids) {
-		reason := fmt.Sprintf("%d of %d permits had expired", len(p.ids)-live, len(p.ids))
+		// Expired (and maybe reclaimed), or released by ID by another handle or process: the
+		// script cannot tell a reclaimed permit from a released one.
+		reason := fmt.Sprintf("%d of %d permits were no longer acquired (expired, or released by ID elsewhere)",
+			len(p.ids)-live, len(p.ids))
 		p.lease.Lose(reason)
-		err = errors.Join(fmt.Errorf("%w: %w: %q: %s", ErrLockLost, ErrNotHeld, p.s.p.name, reason), err)
+		err = p.s.p.wrap(errors.Join(tag("lease lost: "+reason, ErrLockLost, ErrNotHeld), err))
 	}
 	return err
 }
@@ -156,7 +191,10 @@ func (s *PermitSemaphore) set(ctx context.Context, mode string, n int) (rueidis.
 // Acquire takes n permits, waiting as long as ctx allows, with the lease of Lease or, by
 // default, kept by the watchdog. When ctx ends first it returns ctx.Err(). An error wrapping
 // ErrOutcomeUnknown means the permits may have been taken with no reply: the Client gives
-// them back as soon as Redis answers again. n must be in [1, 4096].
+// them back as soon as Redis answers again. n must be in [1, 4096], and at most the
+// semaphore's permits in all (available and acquired): more is an error wrapping
+// ErrInvalidArgument at once (or at the first attempt after SetPermits lowered it below n),
+// not a wait for ever. A semaphore not set yet has no total: Acquire waits for it.
 func (s *PermitSemaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Permits, error) {
 	cfg, err := configure(ctx, &s.p.owner, opts, LockOption.applyLock)
 	if err != nil {
@@ -185,7 +223,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 	ids := make([]string, n)
 	raw := make([]byte, 16*n)
 	if _, err := rand.Read(raw); err != nil {
-		return nil, false, fmt.Errorf("dsync: random permit IDs: %w", err)
+		return nil, false, s.p.wrap(fmt.Errorf("random permit IDs: %w", err))
 	}
 	for i := range ids {
 		ids[i] = hex.EncodeToString(raw[16*i : 16*(i+1)])
@@ -206,7 +244,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 		// A repeat of the acquire may have set a lease later than the one timed here: the
 		// permits go back rather than wait for it (the release settles in the background).
 		go func() { _, _ = s.release(context.WithoutCancel(ctx), ids) }()
-		return nil, false, fmt.Errorf("%w: %q: the permits' lease ran out before the acquire returned", ErrLockLost, s.p.name)
+		return nil, false, s.p.wrap(tag("lease lost: the permits' lease ran out before the acquire returned", ErrLockLost, ErrNotHeld))
 	}
 	c.permitsHeld.add(p)
 	return p, true, nil
@@ -234,6 +272,13 @@ func (s *PermitSemaphore) attempt(ctx context.Context, ids []string, ttl time.Du
 	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) == 1 {
 		ms, err := arr[0].AsInt64()
 		return ms, false, o.wrap(err)
+	} else if aerr == nil && len(arr) == 2 { // {'total', n}: fewer permits in all than asked for
+		total, err := arr[1].AsInt64()
+		if err == nil {
+			err = invalid("permits", "must be at most the semaphore's %d permits in all, available and acquired, got %d",
+				total, len(ids))
+		}
+		return -1, false, o.wrap(err)
 	}
 	if _, err := msg.AsInt64(); err != nil {
 		return -1, false, o.wrap(err)
@@ -262,8 +307,8 @@ func (s *PermitSemaphore) Release(ctx context.Context, ids ...string) error {
 		if len(named) > 4 {
 			named = append(ids[:4:4], "…")
 		}
-		err = errors.Join(fmt.Errorf("%w: %q: %d of the permits %s were not acquired or had expired",
-			ErrNotHeld, s.p.name, len(ids)-live, strings.Join(named, ", ")), err)
+		err = s.p.wrap(errors.Join(fmt.Errorf("%w: %d of the permits %s were not acquired or had expired",
+			ErrNotHeld, len(ids)-live, strings.Join(named, ", ")), err))
 	}
 	return err
 }
@@ -330,7 +375,7 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 	}
 	msg := s.state(ctx, "lease", id)
 	if msg.IsNil() {
-		return 0, fmt.Errorf("%w: %q: permit %s is not acquired", ErrNotHeld, s.p.name, id)
+		return 0, s.p.wrap(fmt.Errorf("%w: permit %s is not acquired", ErrNotHeld, id))
 	}
 	ms, err := msg.AsInt64()
 	if err != nil {

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -72,8 +73,8 @@ func (c *Client) RWLock(name string, opts ...HandleOption) *RWLock {
 
 // pair makes p a fresh owner pair of the lock called name.
 func (l *RWLock) pair(c *Client, name string, p *rwPair) {
-	p.r.init(c, name, c.readKind)
-	p.w.init(c, name, c.lockKind)
+	p.r.init(c, name, "read-write lock", c.readKind)
+	p.w.init(c, name, "read-write lock", c.lockKind)
 	p.w.id = p.r.id + ":write"
 	p.r.releaser = func(holds int, latch, n string) script { return l.readRelease(p, holds, latch, n) }
 	p.w.releaser = func(holds int, latch, n string) script { return l.writeRelease(p, holds, latch, n) }
@@ -205,7 +206,7 @@ func (l *RWLock) acquireAs(ctx context.Context, p *rwPair, write bool, lease, li
 			return false, err
 		}
 		if reads > 0 && writes == 0 {
-			return false, fmt.Errorf("%w: %q: the handle holds read locks and asks for the write lock", ErrWouldDeadlock, l.r.name)
+			return false, l.r.wrap(fmt.Errorf("%w: the handle holds read locks and asks for the write lock", ErrWouldDeadlock))
 		}
 	}
 	leaseMs := c.leaseMs(lease)
@@ -219,7 +220,7 @@ func (l *RWLock) acquireAs(ctx context.Context, p *rwPair, write bool, lease, li
 	// Every message wakes every waiter, a 0 too (a Java read release): the one waiter a 0
 	// wakes may be a reader held back by a writer's claim, which would swallow it.
 	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: limit, attempt: a})
-	if !ok && write {
+	if !ok && write && !errors.Is(err, ErrNotReplicated) { // unconfirmed, the take dropped the claim (see exclusive.acquire)
 		l.leave(ctx, &p.w)
 	}
 	return ok, err
@@ -277,7 +278,7 @@ func (l *RWLock) unlock(ctx context.Context, write bool) error {
 	}
 	p, ok := held.pop()
 	if !ok {
-		return fmt.Errorf("%w: %q: the handle holds no %s lock", ErrNotHeld, l.r.name, mode)
+		return l.r.wrap(fmt.Errorf("%w: the handle holds no %s lock", ErrNotHeld, mode))
 	}
 	err := l.unlockAs(ctx, p, write)
 	o := &p.r

@@ -57,7 +57,7 @@ type Semaphore struct {
 // network call; an empty name is reported by the handle's methods.
 func (c *Client) Semaphore(name string) *Semaphore {
 	s := &Semaphore{channel: prefixName(semaphoreChannelPrefix, name)}
-	s.p.init(c, name)
+	s.p.init(c, name, "semaphore")
 	return s
 }
 
@@ -108,7 +108,7 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	case perr != nil:
 		return 0, s.p.wrap(perr)
 	case n < 0:
-		return 0, fmt.Errorf("%w: %q: the permits were drained, but the reply that counted them was lost", ErrOutcomeUnknown, s.p.name)
+		return 0, s.p.wrap(fmt.Errorf("%w: the permits were drained, but the reply that counted them was lost", ErrOutcomeUnknown))
 	}
 	return int(n), err
 }

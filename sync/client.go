@@ -247,8 +247,9 @@ type Client struct {
 	lockOwners  lender[*owner]     // idle owners of lock handles (see lender)
 	holders     registry[*owner]   // owners holding something (see Shutdown)
 	permitsHeld registry[*Permits] // PermitSemaphore acquisitions not yet released
-	shutting    atomic.Bool        // Shutdown has begun: no more acquisitions
-	rwOwners    lender[*rwPair]    // idle owner pairs of read-write lock handles
+	shut        chan struct{}      // closed when Shutdown or Close begins: no more acquisitions
+	shutOnce    gosync.Once
+	rwOwners    lender[*rwPair] // idle owner pairs of read-write lock handles
 
 	// lockToken registers this Client's waiters of plain locks and names the channel they
 	// listen on (see lib.lua).
@@ -323,6 +324,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		replicaMs:  cfg.replicaWait.Milliseconds(),
 		cluster:    cluster,
 		closed:     make(chan struct{}),
+		shut:       make(chan struct{}),
 	}
 	var prefix [8]byte
 	if _, err := rand.Read(prefix[:]); err != nil {
@@ -370,6 +372,7 @@ func (c *Client) ID() string { return c.id }
 // idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		c.stopAcquiring()
 		close(c.closed)
 		c.lockOwners.close()
 		c.rwOwners.close()
@@ -388,6 +391,21 @@ func (c *Client) sawClosing(err error) bool {
 	}
 	c.mux.WakeAll()
 	return true
+}
+
+// stopAcquiring makes every acquisition from now on fail with ErrClosed, and wakes the waiting
+// ones to end so: a hold taken now would not be given back by Shutdown.
+func (c *Client) stopAcquiring() { c.shutOnce.Do(func() { close(c.shut) }) }
+
+// closing reports whether the Client takes no more holds: Shutdown or Close has begun. A hold
+// an acquisition under way takes now is given back.
+func (c *Client) closing() bool {
+	select {
+	case <-c.shut:
+		return true
+	default:
+		return false
+	}
 }
 
 func (c *Client) isClosed() bool {
@@ -441,7 +459,7 @@ func (c *Client) renewer(s *lua.Script, keys func(watchdog.Batch) []string, now 
 			}
 			return out
 		}
-		// Each batch is in one hash slot, so each with its WAIT goes to one node.
+		// Each batch goes to one node (on a Cluster its keys share a slot), and its WAIT with it.
 		var wg gosync.WaitGroup
 		for i, e := range execs {
 			wg.Add(1)

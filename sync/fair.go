@@ -72,7 +72,7 @@ func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration) (b
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
 				return false, nil
 			}
-			if o.c.replicas > 0 || o.c.isClosed() {
+			if o.c.replicas > 0 || o.c.closing() {
 				// Granted by the releaser's script, which only an attempt of the owner's own
 				// could confirm (WithSyncReplicas), or to a Client closed since, whose hold
 				// nobody would renew or release: it goes back.
@@ -110,7 +110,7 @@ func (o *owner) takeGrant(lease time.Duration, requests uint64) (ok bool, err er
 	ttl := o.c.leaseOr(lease)
 	// With WithSyncReplicas, only the owner's own script can have its hold confirmed; once
 	// the Client is closed, the wait's leave gives the grant back.
-	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || o.c.isClosed() || time.Until(o.sent.Add(ttl)) < ttl/2 {
+	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || o.c.closing() || time.Until(o.sent.Add(ttl)) < ttl/2 {
 		return false, nil, false
 	}
 	err = o.took(o.sent, lease, 0)

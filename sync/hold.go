@@ -8,26 +8,28 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/watchdog"
 )
 
 // ErrHoldEnded is the cause (context.Cause) of a HoldContext cancelled because its hold was
-// released. A hold lost instead gives ErrLockLost.
+// released (or its release asked for: one Redis refused leaves the hold to lapse with its
+// lease). A hold lost instead gives ErrLockLost.
 var ErrHoldEnded = errors.New("dsync: the hold was released")
 
-// holdContext returns a copy of parent cancelled when o's current hold ends: released, with
-// the cause ErrHoldEnded, or lost, with ErrLockLost. With no hold it is cancelled already,
-// with ErrNotHeld.
-func (o *owner) holdContext(parent context.Context) (context.Context, context.CancelFunc) {
+// holdContext returns a copy of parent cancelled when the hold whose lease is lease ends:
+// released, with the cause ErrHoldEnded, or lost, with ErrLockLost. With no hold (lease nil,
+// or ended already) it is cancelled at once, with ErrNotHeld for none.
+func holdContext(parent context.Context, lease *watchdog.Lease, o *owner) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	lease := o.lease.Load()
+	stop := func() { cancel(context.Canceled) }
 	if lease == nil {
 		cancel(o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld)))
-		return ctx, func() { cancel(context.Canceled) }
+		return ctx, stop
 	}
 	ended := lease.Ended()
 	if _, ok := lease.Deadline(); !ok { // released or lost before the call
 		cancel(holdEnd(lease))
-		return ctx, func() { cancel(context.Canceled) }
+		return ctx, stop
 	}
 	go func() {
 		select {
@@ -36,7 +38,7 @@ func (o *owner) holdContext(parent context.Context) (context.Context, context.Ca
 		case <-ctx.Done():
 		}
 	}()
-	return ctx, func() { cancel(context.Canceled) }
+	return ctx, stop
 }
 
 // holdEnd is why a hold whose lease ended is over.
@@ -49,11 +51,11 @@ func holdEnd(lease interface{ Lost() <-chan struct{} }) error {
 	}
 }
 
-// extend makes o's current hold last at least lease from now, by the script renew makes for
-// the lease in ms (a renewal script, which sets the TTL to the larger of what is left and
-// the lease, and replies [1] while o holds). It is repeated while its reply is lost, as a
-// renewal may be: it only ever lengthens a hold.
-func (o *owner) extend(ctx context.Context, lease time.Duration, renew func(ms string) script) error {
+// extend makes o's hold whose lease is hold last at least lease from now, by the script renew
+// makes for the lease in ms (a renewal script, which sets the TTL to the larger of what is
+// left and the lease, and replies [1] while o holds). It is repeated while its reply is lost,
+// as a renewal may be: it only ever lengthens a hold.
+func (o *owner) extend(ctx context.Context, hold *watchdog.Lease, lease time.Duration, renew func(ms string) script) error {
 	if err := o.check(ctx); err != nil {
 		return err
 	}
@@ -65,7 +67,7 @@ func (o *owner) extend(ctx context.Context, lease time.Duration, renew func(ms s
 		return err
 	}
 	defer o.unlock()
-	if o.count == 0 {
+	if o.count == 0 || o.lease.Load() != hold { // none, or it ended and o went on
 		return o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
 	}
 	if o.leaseLost() {
@@ -90,63 +92,68 @@ func (o *owner) extend(ctx context.Context, lease time.Duration, renew func(ms s
 	return nil
 }
 
-// HoldContext returns a copy of parent that is cancelled when the handle's newest hold ends
-// — released by Unlock, or lost (see Lost) — so that work started under the lock stops by
+// HoldContext returns a copy of parent that is cancelled when the handle's hold ends —
+// released by Unlock, or lost (see Lost) — so that work started under the lock stops by
 // itself once the lock no longer covers it. context.Cause tells which: ErrHoldEnded or
 // ErrLockLost. When the handle holds nothing, the context is cancelled already (ErrNotHeld).
+// The hold is the one the next Unlock ends (on a handle shared by goroutines, the oldest).
 // Call cancel once the work is done, as with context.WithCancel.
 func (l *exclusive) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
-	o := l.current()
+	_, lease := l.current()
+	return holdContext(parent, lease, &l.o)
+}
+
+// Extend makes the handle's hold (the one the next Unlock ends) last at least lease from
+// now: the lock's TTL becomes the larger of what it has left and lease. Leases only grow, so
+// Extend never shortens a hold, and a hold the watchdog keeps stays kept. It returns
+// ErrNotHeld when the handle holds nothing, and ErrLockLost when the hold is gone from Redis.
+// lease must be at least 1 ms and is truncated to whole milliseconds.
+func (l *exclusive) Extend(ctx context.Context, lease time.Duration) error {
+	o, hold := l.current()
 	if o == nil {
 		o = &l.o // holds nothing
 	}
-	return o.holdContext(parent)
-}
-
-// Extend makes the handle's newest hold last at least lease from now: the lock's TTL becomes
-// the larger of what it has left and lease. Leases only grow, so Extend never shortens a
-// hold, and a hold the watchdog keeps stays kept. It returns ErrNotHeld when the handle
-// holds nothing, and ErrLockLost when the hold is gone from Redis. lease must be at least
-// 1 ms and is truncated to whole milliseconds.
-func (l *exclusive) Extend(ctx context.Context, lease time.Duration) error {
-	o := l.current()
-	if o == nil {
-		if err := l.o.check(ctx); err != nil {
-			return err
-		}
-		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
-	}
-	return o.extend(ctx, lease, func(ms string) script {
+	return o.extend(ctx, hold, lease, func(ms string) script {
 		return script{lua.LockRenew, []string{o.name}, []string{ms, o.id}}
 	})
 }
 
-// HoldContext returns a copy of parent cancelled when the handle's newest write hold ends,
-// as Lock.HoldContext does; RHoldContext does the same for its newest read hold.
+// HoldContext returns a copy of parent cancelled when the handle's write hold ends, as
+// Lock.HoldContext does; RHoldContext does the same for a read hold. On a handle shared by
+// readers, the read hold is the one the next RUnlock ends — an already lost one, else the one
+// whose lease ends first — which another reader's RUnlock may end.
 func (l *RWLock) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return l.holder(true).holdContext(parent)
+	_, lease := l.current(true)
+	return holdContext(parent, lease, &l.w)
 }
 
-// RHoldContext returns a copy of parent cancelled when the handle's newest read hold ends
-// (see HoldContext).
+// RHoldContext returns a copy of parent cancelled when the handle's read hold ends (see
+// HoldContext).
 func (l *RWLock) RHoldContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return l.holder(false).holdContext(parent)
+	_, lease := l.current(false)
+	return holdContext(parent, lease, &l.r)
 }
 
-// Extend makes the handle's newest write hold last at least lease from now, as Lock.Extend
-// does; RExtend does the same for its newest read hold.
+// Extend makes the handle's write hold last at least lease from now, as Lock.Extend does;
+// RExtend does the same for a read hold (the one the next RUnlock ends).
 func (l *RWLock) Extend(ctx context.Context, lease time.Duration) error {
-	o := l.holder(true)
-	return o.extend(ctx, lease, func(ms string) script {
+	o, hold := l.current(true)
+	if o == nil {
+		o = &l.w
+	}
+	return o.extend(ctx, hold, lease, func(ms string) script {
 		return script{lua.LockRenew, []string{o.name}, []string{ms, o.id}}
 	})
 }
 
-// RExtend makes the handle's newest read hold last at least lease from now (see Extend): its
-// read holds' timeout keys, and the lock's TTL.
+// RExtend makes the handle's read hold last at least lease from now (see Extend): its read
+// holds' timeout keys, and the lock's TTL.
 func (l *RWLock) RExtend(ctx context.Context, lease time.Duration) error {
-	o := l.holder(false)
-	return o.extend(ctx, lease, func(ms string) script {
+	o, hold := l.current(false)
+	if o == nil {
+		o = &l.r
+	}
+	return o.extend(ctx, hold, lease, func(ms string) script {
 		return script{lua.ReadRenew, []string{o.name, readTimeouts(o.name, o.id)}, []string{ms, o.id}}
 	})
 }

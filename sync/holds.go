@@ -2,64 +2,131 @@ package sync
 
 import (
 	gosync "sync"
+	"time"
 
 	"github.com/latchkey/latchkey/watchdog"
 )
 
-// holds are the holds a handle's acquisitions took, each through an owner of its own (T: an
-// *owner, or a read-write lock's *rwPair), oldest first. Each release ends the oldest, as
-// each Unlock of a sync.Mutex ends the Lock before it, whichever goroutine calls it:
-// goroutines sharing a handle need not tell it who they are.
+// holds are the holds a mutex handle's acquisitions took, each through an owner of its own
+// (T: an *owner, or a read-write lock's *rwPair), with its lease. Goroutines sharing a
+// handle do not tell it who they are, so a release ends the hold that is next (next): for
+// holds that exclude each other, the oldest, as each Unlock of a sync.Mutex ends the Lock
+// before it; for read holds, one already lost, else the one whose lease ends first, so that
+// the holds left cover at least as long as before.
+//
+// Exclusive holds overlap only when an earlier one's lease was lost (the lock went to the
+// next): both are then marked, since the handle cannot tell which goroutine's was lost, and
+// the release of either reports the loss.
 type holds[T comparable] struct {
-	mu   gosync.Mutex
-	list []T
-	last *watchdog.Lease // the newest hold's lease, kept once it ends: what Lost reports on
+	mu        gosync.Mutex
+	exclusive bool
+	list      []hold[T]
+	last      *watchdog.Lease // the newest hold's lease, kept once it ends: what Lost reports on
+}
+
+// A hold is one acquisition's owner and lease.
+type hold[T comparable] struct {
+	o          T
+	lease      *watchdog.Lease
+	overlapped bool // another hold of the handle began while it was held: one of them was lost
+}
+
+// valid reports whether the hold's lease is ahead, now, by the monotonic clock.
+func (h hold[T]) valid() bool {
+	d, ok := h.lease.Deadline()
+	return ok && time.Now().Before(d)
 }
 
 // push records a hold taken as o, whose lease is lease.
 func (h *holds[T]) push(o T, lease *watchdog.Lease) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.list = append(h.list, o)
+	n := hold[T]{o: o, lease: lease}
+	if h.exclusive && len(h.list) > 0 {
+		n.overlapped = true
+		for i := range h.list {
+			h.list[i].overlapped = true
+		}
+	}
+	h.list = append(h.list, n)
 	h.last = lease
 }
 
-// pop takes the oldest hold's owner out, or reports that there is none.
-func (h *holds[T]) pop() (T, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var none T
+// next returns the index of the hold a release ends, or -1. Caller holds mu.
+func (h *holds[T]) next() int {
 	if len(h.list) == 0 {
-		return none, false
+		return -1
 	}
-	o := h.list[0]
-	h.list[0] = none
-	h.list = h.list[1:]
-	return o, true
+	if h.exclusive {
+		return 0
+	}
+	best, end := 0, time.Time{}
+	for i, x := range h.list {
+		d, ok := x.lease.Deadline()
+		if !ok {
+			return i // lost, or ended
+		}
+		if x.lease.Kept() {
+			d = d.Add(1000 * time.Hour) // renewed for as long as it is held: ends last
+		}
+		if i == 0 || d.Before(end) {
+			best, end = i, d
+		}
+	}
+	return best
 }
 
-// unpop puts back, as the oldest, a hold whose release Redis refused: it is still held.
-func (h *holds[T]) unpop(o T) {
+// pop takes the next hold out (see next), or reports that there is none.
+func (h *holds[T]) pop() (hold[T], bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.list = append([]T{o}, h.list...)
+	i := h.next()
+	if i < 0 {
+		return hold[T]{}, false
+	}
+	x := h.list[i]
+	h.list = append(h.list[:i:i], h.list[i+1:]...)
+	return x, true
 }
 
-// newest returns the newest hold's owner, or reports that there is none.
-func (h *holds[T]) newest() (T, bool) {
+// unpop puts back, as the next, a hold whose release Redis refused: it is still held.
+func (h *holds[T]) unpop(x hold[T]) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var none T
-	if len(h.list) == 0 {
-		return none, false
-	}
-	return h.list[len(h.list)-1], true
+	h.list = append([]hold[T]{x}, h.list...)
 }
 
-// lost is the newest hold's Lost channel: nil, which never closes, before the first.
+// peek returns the hold a release would end, or reports that there is none.
+func (h *holds[T]) peek() (hold[T], bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := h.next()
+	if i < 0 {
+		return hold[T]{}, false
+	}
+	return h.list[i], true
+}
+
+// valid reports whether the handle holds something and every hold of its is live.
+func (h *holds[T]) valid() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, x := range h.list {
+		if !x.valid() {
+			return false
+		}
+	}
+	return len(h.list) > 0
+}
+
+// lost is the Lost channel of the hold a release would end, or of the newest hold once they
+// all ended: nil, which never closes, before the first.
 func (h *holds[T]) lost() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if i := h.next(); i >= 0 {
+		return h.list[i].lease.Lost()
+	}
 	if h.last == nil {
 		return nil
 	}

@@ -20,10 +20,11 @@ const ownerLinger = 30 * time.Second
 // when it holds nothing and has no request of unknown outcome. Names not used for a linger
 // period are dropped, and their owners' latches deleted once collected (see janitor).
 type lender[T any] struct {
-	mu    gosync.Mutex
-	idle  map[string][]T
-	used  map[string]bool // lent or returned since the last sweep
-	timer *time.Timer     // the next sweep, while anything is idle
+	mu     gosync.Mutex
+	idle   map[string][]T
+	used   map[string]bool // lent or returned since the last sweep
+	timer  *time.Timer     // the next sweep, while anything is idle
+	closed bool            // owners returned from now on are dropped
 }
 
 // take returns an idle owner of key, the one returned last, or false if there is none.
@@ -46,6 +47,9 @@ func (l *lender[T]) take(key string) (T, bool) {
 func (l *lender[T]) put(key string, o T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
 	if l.idle == nil {
 		l.idle, l.used = make(map[string][]T), make(map[string]bool)
 	}
@@ -81,22 +85,30 @@ func (l *lender[T]) close() {
 		l.timer.Stop()
 		l.timer = nil
 	}
-	l.idle, l.used = nil, nil
+	l.idle, l.used, l.closed = nil, nil, true
 }
 
-// giveBack returns o to its lender through put once it holds nothing — at once, or, when a
-// request of its is of unknown outcome, once that is settled in the background (see
-// settleLater). An owner that still holds (a refused release) is not returned.
-func (c *Client) giveBack(o *owner, put func(*owner)) {
-	if o.count > 0 {
-		return
+// returnOwner returns o, which no call is using, to its lender through put once it holds
+// nothing — at once, or, when a request of its is of unknown outcome, once that is settled in
+// the background (see settleLater) — and reports whether it did. An owner that still holds (a
+// refused release) is not returned. One whose acquire's outcome is unknown is: its next
+// acquisition adopts the hold Redis may count, or the hold lapses with its lease.
+func (c *Client) returnOwner(o *owner, put func(*owner)) bool {
+	_ = o.lock(context.Background()) // a Shutdown may be releasing its holds
+	holds, unsettled := o.count, o.unsettled != nil
+	if holds == 0 && !unsettled {
+		o.lease.Store(nil) // the next holder's lease is its own
 	}
-	if o.unsettled != nil {
+	o.unlock()
+	switch {
+	case holds > 0:
+		return false
+	case unsettled:
 		go c.settleLater(o, put)
-		return
+	default:
+		put(o)
 	}
-	o.lease.Store(nil) // the next holder's Lost is its own
-	put(o)
+	return true
 }
 
 // settleLater repeats o's request of unknown outcome, with backoff, until Redis answers, then
@@ -105,9 +117,9 @@ func (c *Client) giveBack(o *owner, put func(*owner)) {
 // gives up when the Client closes, and before the mark may expire: the outcome then stays
 // unknown for good, which it logs.
 func (c *Client) settleLater(o *owner, done func(*owner)) {
+	_ = o.lock(context.Background()) // no call uses o; a Shutdown's release may, for a moment
 	ctx, cancel := context.WithDeadline(context.Background(), o.unsettled.sent.Add(unlockLatch-settleMargin))
 	defer cancel()
-	_ = o.lock(ctx) // free: no one else has o
 	if c.isClosed() {
 		// Closed before the lock was taken: the janitor may have deleted o's latch, and a
 		// repeat would find no mark.

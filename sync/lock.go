@@ -9,6 +9,7 @@ import (
 
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
+	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
 )
 
@@ -98,6 +99,7 @@ func (l *exclusive) init(c *Client, name, kind string, fair *fairKeys, opts []Ha
 		l.o.err = err
 	}
 	l.reentrant, l.key = cfg.reentrant, kind+":"+name
+	l.held.exclusive = true
 	l.o.releaser = l.releaser(&l.o)
 	l.channel, l.fair = prefixName(lockChannelPrefix, name), fair
 	if fair == nil {
@@ -142,31 +144,47 @@ func (l *exclusive) borrow() *owner {
 	return o
 }
 
-// giveBack returns a borrowed owner that holds nothing to the Client's idle owners.
-func (l *exclusive) giveBack(o *owner) {
+// returnOwner returns a borrowed owner to the Client's idle owners if it holds nothing, and
+// reports whether it does (a Reentrant handle's own owner stays with it).
+func (l *exclusive) returnOwner(o *owner) bool {
 	if o == &l.o {
-		return
+		return o.count == 0
 	}
 	c := l.o.c
-	c.giveBack(o, func(o *owner) { c.lockOwners.put(l.key, o) })
+	return c.returnOwner(o, func(o *owner) { c.lockOwners.put(l.key, o) })
 }
 
-// current is the owner of the handle's newest hold, nil when a mutex handle holds nothing.
-func (l *exclusive) current() *owner {
+// current is the owner and lease of the hold the next Unlock ends: a Reentrant handle's own
+// owner (its lease nil before its first hold), or nil when a mutex handle holds nothing.
+func (l *exclusive) current() (*owner, *watchdog.Lease) {
 	if l.reentrant {
-		return &l.o
+		return &l.o, l.o.lease.Load()
 	}
-	o, _ := l.held.newest()
-	return o
+	h, ok := l.held.peek()
+	if !ok {
+		return nil, nil
+	}
+	return h.o, h.lease
 }
 
 // Name returns the lock's name, which is its Redis key.
 func (l *exclusive) Name() string { return l.o.name }
 
+// overlapped is the error of a release of h: err, or, for a hold another hold of the handle
+// overlapped, ErrLockLost — one of them was lost, and the handle cannot tell whose.
+func overlapped[T comparable](err error, h hold[T], o *owner) error {
+	if err != nil || !h.overlapped {
+		return err
+	}
+	const reason = "another hold of the handle began while it was held: one of them was lost"
+	h.lease.Lose(reason)
+	return o.lostErr(reason)
+}
+
 // Owner returns the owner ID, "<client UUID>:<n>", that the handle's newest hold is the hash
 // field of ("" when the handle holds nothing); a Reentrant handle's is always its one owner.
 func (l *exclusive) Owner() string {
-	if o := l.current(); o != nil {
+	if o, _ := l.current(); o != nil {
 		return o.id
 	}
 	return ""
@@ -226,8 +244,8 @@ func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func
 	if err := o.check(ctx); err != nil {
 		return cfg, err
 	}
-	if o.c.shutting.Load() {
-		return cfg, ErrClosed // Shutdown gives back what is held: nothing new may be taken
+	if o.c.closing() {
+		return cfg, o.wrap(ErrClosed) // Shutdown gives back what is held: nothing new may be taken
 	}
 	return cfg, cfg.check()
 }
@@ -314,7 +332,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	case ok:
 		l.held.push(o, o.lease.Load())
 	default:
-		l.giveBack(o)
+		l.returnOwner(o)
 	}
 	return ok, err
 }
@@ -484,17 +502,15 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 	if err := l.o.check(ctx); err != nil {
 		return err
 	}
-	o, ok := l.held.pop()
+	h, ok := l.held.pop()
 	if !ok {
 		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
 	}
-	err := l.unlockAs(ctx, o)
-	if o.count > 0 {
-		l.held.unpop(o) // Redis refused the release: the hold is still the handle's
-	} else {
-		l.giveBack(o)
+	err := l.unlockAs(ctx, h.o)
+	if !l.returnOwner(h.o) {
+		l.held.unpop(h) // Redis refused the release: the hold is still the handle's
 	}
-	return err
+	return overlapped(err, h, &l.o)
 }
 
 // unlockAs is Unlock, as owner o.
@@ -502,7 +518,7 @@ func (l *exclusive) unlockAs(ctx context.Context, o *owner) error {
 	registered := false // the release registers the Client again, for its waiters left
 	err := o.release(ctx, func(last bool, latch, n string) (script, *heir) {
 		var h *heir
-		if last && l.fair == nil && l.tokenKey == "" && o.run < o.c.maxHandoff && !o.c.isClosed() {
+		if last && l.fair == nil && l.tokenKey == "" && o.run < o.c.maxHandoff && !o.c.closing() {
 			h = o.c.heirs.reserve(o.name)
 		}
 		var r script
@@ -580,7 +596,7 @@ func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 	if err := l.o.check(ctx); err != nil {
 		return 0, err
 	}
-	o := l.current()
+	o, lease := l.current()
 	if o == nil {
 		return 0, nil
 	}
@@ -588,6 +604,9 @@ func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer o.unlock()
+	if !l.reentrant && o.lease.Load() != lease {
+		return 0, nil // the hold ended meanwhile
+	}
 	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Hget().Key(o.name).Field(o.id).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		if o.count > 0 {
@@ -654,16 +673,18 @@ func (l *exclusive) Lost() <-chan struct{} {
 // is false — unless Redis refused the Unlock of the last hold: the handle still holds the
 // lock then, until its lease runs out.
 func (l *exclusive) Valid() bool {
-	o := l.current()
-	return o != nil && o.valid()
+	if l.reentrant {
+		return l.o.valid()
+	}
+	return l.held.valid()
 }
 
 // Deadline returns when the handle's hold expires unless renewed, as last confirmed by Redis
 // (the send time of the command that last set its TTL, plus that TTL), and false when the
 // handle holds nothing or its lease is lost.
 func (l *exclusive) Deadline() (time.Time, bool) {
-	if o := l.current(); o != nil {
-		return o.deadline()
+	if _, lease := l.current(); lease != nil {
+		return lease.Deadline()
 	}
 	return time.Time{}, false
 }

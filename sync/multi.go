@@ -53,7 +53,8 @@ type Multi struct {
 	locks []Locker
 	err   error // bad input, reported by every call
 	red   bool  // a red lock: a quorum is enough
-	held  holds[*multiHold]
+	mu    gosync.Mutex
+	held  []*multiHold // its acquisitions, oldest first: each Unlock ends the oldest
 }
 
 // A multiHold is one acquisition of a Multi: the locks it took.
@@ -174,7 +175,9 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 			return false, errors.Join(err, m.release(ctx, h, true))
 		}
 		if ok && !m.expired(h, cfg, start) {
-			m.held.push(h, nil)
+			m.mu.Lock()
+			m.held = append(m.held, h)
+			m.mu.Unlock()
 			return true, nil
 		}
 		if err := m.release(ctx, h, true); err != nil {
@@ -290,10 +293,14 @@ func (m *Multi) Unlock(ctx context.Context) error {
 	if err := m.check(ctx); err != nil {
 		return err
 	}
-	h, ok := m.held.pop()
-	if !ok {
+	m.mu.Lock()
+	if len(m.held) == 0 {
+		m.mu.Unlock()
 		return fmt.Errorf("%w: the multi-lock is not held", ErrNotHeld)
 	}
+	h := m.held[0]
+	m.held = m.held[1:]
+	m.mu.Unlock()
 	return m.release(ctx, h, false)
 }
 
@@ -347,9 +354,10 @@ func RedLock(locks ...Locker) *Multi {
 // acquisition's time and the drift), and false otherwise (not held, no lease, or a
 // multi-lock, whose members' Deadlines tell).
 func (m *Multi) Deadline() (time.Time, bool) {
-	h, ok := m.held.newest()
-	if !m.red || !ok || h.until.IsZero() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.red || len(m.held) == 0 || m.held[0].until.IsZero() {
 		return time.Time{}, false
 	}
-	return h.until, true
+	return m.held[0].until, true
 }

@@ -265,7 +265,7 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 	}
 	p.mu.Unlock()
 	msg, err := o.request(ctx, req, cancel)
-	p.c.giveBack(o, p.put)
+	p.c.returnOwner(o, p.put)
 	return msg, err
 }
 
@@ -554,7 +554,7 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		}
 		taken = true
 	}
-	if taken && disowned == nil && o.c.isClosed() {
+	if taken && disowned == nil && o.c.closing() {
 		// Closed before or while the script ran (a wait that a wake-up and Close ended at
 		// once may attempt): nobody would renew or release the hold.
 		disowned = ErrClosed
@@ -732,14 +732,20 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 		o.lease.Store(l)
 	}
 	if !o.valid() {
-		first := o.count == 1
-		err := o.lost("the lease ran out before the acquire returned")
-		if first {
-			o.giveBackLater()
-		}
-		return err
+		return o.tookTooLate("the lease ran out before the acquire returned")
 	}
 	return nil
+}
+
+// tookTooLate reports lost a hold whose lease ran out before its acquisition could return,
+// and, if it was a new hold, gives it back (giveBackLater). Caller holds op.
+func (o *owner) tookTooLate(reason string) error {
+	first := o.count == 1
+	err := o.lost(reason)
+	if first && o.unsettled == nil {
+		o.giveBackLater()
+	}
+	return err
 }
 
 // giveBackLater queues the release of a new hold the owner does not report — its lease,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
+	"github.com/latchkey/latchkey/watchdog"
 )
 
 // RWLock is a handle on a reentrant read-write lock, wire-compatible with Redisson's
@@ -22,8 +23,8 @@ import (
 // for ever, and a writer's release lets the readers it woke in before the next writer, so
 // that writers taking turns cannot keep readers out either. (The writers' claims, in the
 // zset {name}:rwlock_writers, are latchkey's: Java readers do not see them, and in a mixed
-// fleet Java readers can still keep a writer waiting.) A reader re-entering, or taking a
-// read lock under its own write lock, never waits.
+// fleet Java readers can still keep a writer waiting.) A Reentrant handle's reader
+// re-entering, or taking a read lock under its own write lock, never waits.
 //
 // A handle is safe for concurrent use, and goroutines sharing it exclude each other as they
 // would through one sync.RWMutex: each RLock and Lock takes its hold as an owner of its own,
@@ -64,6 +65,7 @@ func (c *Client) RWLock(name string, opts ...HandleOption) *RWLock {
 	l.prefix = strings.TrimSuffix(suffixName(name, ""), ":")
 	cfg, err := handleOptions(opts)
 	l.reentrant = cfg.reentrant
+	l.writes.exclusive = true
 	l.pair(c, name, &l.rwPair)
 	if l.r.err == nil {
 		l.r.err = err
@@ -99,13 +101,14 @@ func (l *RWLock) borrow() *rwPair {
 	return p
 }
 
-// giveBack returns a borrowed pair whose owner o holds nothing to the Client's idle pairs.
-func (l *RWLock) giveBack(p *rwPair, o *owner) {
+// returnPair returns a borrowed pair to the Client's idle pairs if its side o holds nothing
+// (the other side never held), and reports whether it does.
+func (l *RWLock) returnPair(p *rwPair, o *owner) bool {
 	if p == &l.rwPair {
-		return
+		return o.count == 0
 	}
 	c := l.r.c
-	c.giveBack(o, func(*owner) { c.rwOwners.put(l.r.name, p) })
+	return c.returnOwner(o, func(*owner) { c.rwOwners.put(l.r.name, p) })
 }
 
 // Name returns the lock's name, which is its Redis key.
@@ -118,11 +121,11 @@ func (l *RWLock) Owner() string {
 	if l.reentrant {
 		return l.r.id
 	}
-	if p, ok := l.writes.newest(); ok {
-		return p.r.id
+	if h, ok := l.writes.peek(); ok {
+		return h.o.r.id
 	}
-	if p, ok := l.reads.newest(); ok {
-		return p.r.id
+	if h, ok := l.reads.peek(); ok {
+		return h.o.r.id
 	}
 	return ""
 }
@@ -139,7 +142,7 @@ func (l *RWLock) RLock(ctx context.Context, opts ...LockOption) error {
 }
 
 // TryRLock takes a read lock if no writer holds the lock or waits for it (or the writer is
-// this handle), and reports whether it did; with WaitTime it waits up to that long. Errors
+// this Reentrant handle), and reports whether it did; with WaitTime it waits up to that long. Errors
 // are as for Lock.TryLock.
 func (l *RWLock) TryRLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
 	cfg, err := configure(ctx, &l.r, opts, TryLockOption.applyTry)
@@ -150,8 +153,9 @@ func (l *RWLock) TryRLock(ctx context.Context, opts ...TryLockOption) (bool, err
 }
 
 // Lock takes the write lock, waiting as long as ctx allows; while it waits, new readers
-// wait too. It returns ErrWouldDeadlock if the handle holds read locks but not the write
-// lock. Other errors are as for Lock.Lock.
+// wait too. It returns ErrWouldDeadlock if the handle is Reentrant and holds read locks but
+// not the write lock (a mutex handle's Lock waits for its readers, as sync.RWMutex's does).
+// Other errors are as for Lock.Lock.
 func (l *RWLock) Lock(ctx context.Context, opts ...LockOption) error {
 	cfg, err := configure(ctx, &l.w, opts, LockOption.applyLock)
 	if err != nil {
@@ -186,7 +190,7 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 	case ok:
 		held.push(p, o.lease.Load())
 	default:
-		l.giveBack(p, o)
+		l.returnPair(p, o)
 	}
 	return ok, err
 }
@@ -231,10 +235,13 @@ func (l *RWLock) acquireAs(ctx context.Context, p *rwPair, write bool, lease, li
 func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.Duration, leaseMs string, waiting bool) (int64, bool, error) {
 	c := l.r.c
 	if !write {
-		o := &p.r
+		o, writer := &p.r, ""
+		if l.reentrant {
+			writer = p.w.id // its own write hold lets it read (a downgrade)
+		}
 		return o.attempt(ctx, lease, func() script {
 			return script{lua.ReadAcquire, []string{o.name, p.timeouts, l.writers},
-				[]string{leaseMs, o.id, p.w.id, strconv.Itoa(o.count), nowMs()}}
+				[]string{leaseMs, o.id, writer, strconv.Itoa(o.count), nowMs()}}
 		}, nil)
 	}
 	o := &p.w
@@ -276,21 +283,15 @@ func (l *RWLock) unlock(ctx context.Context, write bool) error {
 	if write {
 		held, mode = &l.writes, "write"
 	}
-	p, ok := held.pop()
+	h, ok := held.pop()
 	if !ok {
 		return l.r.wrap(fmt.Errorf("%w: the handle holds no %s lock", ErrNotHeld, mode))
 	}
-	err := l.unlockAs(ctx, p, write)
-	o := &p.r
-	if write {
-		o = &p.w
+	err := l.unlockAs(ctx, h.o, write)
+	if !l.returnPair(h.o, h.o.side(write)) {
+		held.unpop(h) // Redis refused the release: the hold is still the handle's
 	}
-	if o.count > 0 {
-		held.unpop(p) // Redis refused the release: the hold is still the handle's
-	} else {
-		l.giveBack(p, o)
-	}
-	return err
+	return overlapped(err, h, &l.r)
 }
 
 // unlockAs releases one read or write hold of p's.
@@ -341,22 +342,40 @@ func (l *RWLock) RLost() <-chan struct{} {
 	return l.reads.lost()
 }
 
-// holder is the owner of the handle's newest write (or read) hold — a Reentrant handle's own
-// — or, when a mutex handle has none, the handle's own owner, which holds nothing.
-func (l *RWLock) holder(write bool) *owner {
-	held := &l.reads
-	if write {
-		held = &l.writes
-	}
-	p, ok := held.newest()
-	if l.reentrant || !ok {
-		p = &l.rwPair
-	}
+// side is p's writer, or its reader.
+func (p *rwPair) side(write bool) *owner {
 	if write {
 		return &p.w
 	}
 	return &p.r
 }
 
-// valid reports whether the handle's newest read (or write) hold is live now (see Lock.Valid).
-func (l *RWLock) valid(write bool) bool { return l.holder(write).valid() }
+// current is the owner and lease of the write (or read) hold the next Unlock (RUnlock) ends:
+// a Reentrant handle's own (its lease nil before its first hold), or nil when a mutex handle
+// holds none.
+func (l *RWLock) current(write bool) (*owner, *watchdog.Lease) {
+	if l.reentrant {
+		o := l.side(write)
+		return o, o.lease.Load()
+	}
+	held := &l.reads
+	if write {
+		held = &l.writes
+	}
+	h, ok := held.peek()
+	if !ok {
+		return nil, nil
+	}
+	return h.o.side(write), h.lease
+}
+
+// valid reports whether the handle's write (or read) holds are live now (see Lock.Valid).
+func (l *RWLock) valid(write bool) bool {
+	if l.reentrant {
+		return l.side(write).valid()
+	}
+	if write {
+		return l.writes.valid()
+	}
+	return l.reads.valid()
+}

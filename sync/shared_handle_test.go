@@ -236,3 +236,53 @@ func keys(t *testing.T, rdb rueidis.Client, pattern string) []string {
 	must(t, err)
 	return ks
 }
+
+// A shared handle cannot tell which goroutine calls Unlock. When a hold's lease runs out and
+// another goroutine of the handle takes the lock, neither may be told it held the lock
+// throughout: Valid is false, and both Unlocks report ErrLockLost (the lock is released).
+func TestSharedHandleLostHoldIsReportedToBoth(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, admin := newClient(t, b.Addr)
+		const name = "mutex:lost"
+		mu := c.Lock(name)
+		must(t, mu.Lock(ctx, Lease(time.Second))) // G1, which pauses past its lease
+		eventually(t, 10*time.Second, "G1's lease ran out", func() bool { return !exists(t, admin, name) })
+		must(t, mu.Lock(ctx)) // G2, through the same handle
+		if mu.Valid() {
+			t.Fatal("Valid after one of the handle's holds was lost: G1 would act on it")
+		}
+		for _, who := range []string{"first", "second"} {
+			if err := mu.Unlock(ctx); !errors.Is(err, ErrLockLost) {
+				t.Fatalf("%s Unlock: %v, want ErrLockLost (either may be G1's)", who, err)
+			}
+		}
+		if exists(t, admin, name) {
+			t.Fatal("the lock is still held after both Unlocks")
+		}
+	})
+}
+
+// Readers sharing an RWLock handle: an RUnlock ends the read hold whose lease ends first, so
+// the holds left cover at least as long as before — a reader with a long lease is not left
+// under a short one, which would let a writer in while it reads.
+func TestSharedRWLockRUnlockEndsTheShortestHold(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, _ := newClient(t, b.Addr)
+		other, _ := newClient(t, b.Addr)
+		const name = "shared:rw-leases"
+		rw := c.RWLock(name)
+		must(t, rw.RLock(ctx, Lease(time.Hour)))            // G1: a long read
+		must(t, rw.RLock(ctx, Lease(500*time.Millisecond))) // G2: a short one
+		must(t, rw.RUnlock(ctx))                            // G2 is done
+		// Past the short lease: had G1's hold been released, the short one would be gone too.
+		time.Sleep(1500 * time.Millisecond) // how long to wait, not a synchronisation
+		if ok, err := other.RWLock(name).TryLock(ctx); ok || err != nil {
+			t.Fatalf("a writer took the lock while G1's one-hour read hold stands: %v, %v", ok, err)
+		}
+		must(t, rw.RUnlock(ctx))
+	})
+}

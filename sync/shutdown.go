@@ -64,18 +64,31 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	if c.isClosed() {
 		return nil
 	}
-	c.shutting.Store(true)
-	holders, permits := c.holders.all(), c.permitsHeld.all()
-	errs := make([]error, len(holders)+len(permits))
+	c.stopAcquiring()
+	var errs []error
 	done := make(chan struct{})
 	go func() { // a release runs on within the retry budget whatever ctx says: ctx bounds the wait
 		defer close(done)
-		all(len(holders), func(i int) { errs[i] = holders[i].releaseAll(ctx) })
-		all(len(permits), func(i int) {
-			if err := permits[i].Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-				errs[len(holders)+i] = err
+		// Again until nothing is left: a hold an acquisition took as Shutdown began (a local
+		// hand-off, a fair grant) registers once the snapshot was taken.
+		for ctx.Err() == nil {
+			holders, permits := c.holders.all(), c.permitsHeld.all()
+			if len(holders)+len(permits) == 0 {
+				return
 			}
-		})
+			round := make([]error, len(holders)+len(permits))
+			all(len(holders), func(i int) { round[i] = holders[i].releaseAll(ctx) })
+			all(len(permits), func(i int) {
+				if err := permits[i].Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+					round[len(holders)+i] = err
+				}
+				c.permitsHeld.remove(permits[i])
+			})
+			if err := errors.Join(round...); err != nil {
+				errs = append(errs, err)
+				return
+			}
+		}
 	}()
 	select {
 	case <-done:

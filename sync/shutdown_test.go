@@ -78,3 +78,29 @@ func TestShutdownIsBoundedByItsContext(t *testing.T) {
 		}
 	})
 }
+
+// A waiter of the Client that a Shutdown's release would hand the lock to, or wake, does not
+// take it: Shutdown ends waits as Close does, and a hold taken meanwhile goes back.
+func TestShutdownWithALocalWaiterFreesTheLock(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		c, admin := newClient(t, b.Addr)
+		other, _ := newClient(t, b.Addr)
+		const name = "shutdown:local-waiter"
+		must(t, c.Lock(name).Lock(ctx))
+		waiter := c.Lock(name)
+		waited := make(chan error, 1)
+		go func() { waited <- waiter.Lock(ctx) }()
+		eventually(t, 5*time.Second, "the waiter waits", func() bool { return c.mux.Waiters(waiter.clientCh) > 0 })
+		if err := c.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if err := <-waited; !errors.Is(err, ErrClosed) {
+			t.Fatalf("the local waiter's Lock: %v, want ErrClosed", err)
+		}
+		if ok, err := other.Lock(name).TryLock(ctx); !ok || err != nil {
+			t.Fatalf("another Client's TryLock after Shutdown: %v, %v (PTTL %d ms); want the lock free", ok, err, pttl(t, admin, name))
+		}
+	})
+}

@@ -107,7 +107,7 @@ func hint(sub *pubsub.Waiter, ttlMs int64) {
 
 // waitEnded is the error of a wait the Client's shutdown, or its rueidis client's, ended.
 func (c *Client) waitEnded(err error) error {
-	if c.isClosed() {
+	if c.closing() {
 		return ErrClosed
 	}
 	return fmt.Errorf("dsync: waiting stopped: %w", err)
@@ -177,7 +177,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			v = &got
 		case <-ctx.Done():
 			return h.leave(ctx, ctx.Err())
-		case <-c.closed:
+		case <-c.shut:
 			return h.leave(ctx, ErrClosed)
 		case <-c.mux.Done():
 			return h.leave(ctx, c.waitEnded(c.mux.Err()))
@@ -398,8 +398,7 @@ func (h *heir) took(v verdict) (bool, error) {
 	h.state.Store(heirGone)
 	if v.err == nil && h.o != nil && !h.o.valid() {
 		_ = h.o.lock(context.Background())
-		v.err = h.o.lost("the lease ran out before the hand-off was taken")
-		h.o.giveBackLater()
+		v.err = h.o.tookTooLate("the lease ran out before the hand-off was taken")
 		h.o.unlock()
 	}
 	return v.err == nil, v.err

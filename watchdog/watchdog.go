@@ -27,8 +27,8 @@ type Kind struct {
 	Renew RenewFunc
 }
 
-// Batch is the leases one renewal script call renews, all of one kind and in one hash slot:
-// Owners[i] must still hold Keys[i].
+// Batch is the leases one renewal script call renews, all of one kind (and on a Cluster in
+// one hash slot): Owners[i] must still hold Keys[i].
 type Batch struct {
 	Keys   []string
 	Owners []string
@@ -304,6 +304,14 @@ func (l *Lease) Deadline() (time.Time, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return l.deadline, !l.isLost && l.active
+}
+
+// Kept reports whether the watchdog renews the lease (it has no explicit end).
+func (l *Lease) Kept() bool {
+	w := l.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.keep && l.active && !l.isLost
 }
 
 // Lose reports the lease lost now: its holder learned by other means that the lock is not

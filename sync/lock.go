@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -21,11 +22,15 @@ import (
 // Without an explicit Lease the lock is kept by the Client's watchdog until Unlock; with
 // one it expires when the lease runs out. Valid and Lost report a lease lost while held.
 //
-// A context bounds how long a call waits for the lock. A script already sent to Redis is
-// awaited even if the context ends meanwhile (bounded by the rueidis client's own timeouts):
-// only its reply tells what it did, and a handle never acts on a guess. For the same reason a
-// waiter being handed the lock by a local release as its context ends waits for that
-// release's reply (within the retry budget) and, handed, succeeds.
+// A context bounds how long a call waits for the lock, and every call returns at the latest
+// 25 ms after its context's deadline, or without one within the retry budget
+// (WithRetryBudget), even while Redis is unreachable or hangs. A script already sent to
+// Redis is awaited those 25 ms after the context ended: only its reply tells what it did. A
+// reply that comes later still is read in the background, and a hold it shows, which the
+// caller was told it has not, is given back; the handle's next call waits for that. A
+// waiter's claim (a plain lock's registration, a fair lock's place) is withdrawn in the
+// background too. A waiter being handed the lock by a local release as its context ends
+// waits for that release's reply (within the retry budget) and, handed, succeeds.
 //
 // Who gets the lock: Lock is Redisson's non-fair lock. A release that frees it wakes one
 // waiting Client, the one whose waiters attempted least recently (among Clients with one
@@ -264,13 +269,17 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	switch {
 	case ok:
 	case l.fair != nil:
-		if got, gerr := l.leave(ctx, lease); got || gerr != nil {
-			return got, gerr
+		got, gerr := l.leave(ctx, lease, o.c.leaveBy(ctx, err))
+		if got {
+			return true, gerr
+		}
+		if gerr != nil {
+			err = errors.Join(err, gerr)
 		}
 	default:
 		// Also when the wait ended with Close: the rueidis client is still open then, as
 		// Close's doc asks, and a registration left behind would take a wake from others.
-		l.waitLeft(ctx)
+		l.waitLeft(ctx, o.c.leaveBy(ctx, err))
 	}
 	return ok, err
 }
@@ -281,17 +290,20 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 // this Client as the wait ended, wakes the next Client: lock_leave.lua). And one waiter
 // still there attempts again: one that came meanwhile may have registered just before the
 // leave dropped it, and one that queued behind this wait never attempted, so never saw what
-// this one saw (a Redisson holder, whose release only its channel carries).
-func (l *exclusive) waitLeft(ctx context.Context) {
+// this one saw (a Redisson holder, whose release only its channel carries). The leave runs
+// in the background, awaited until until at most (see owner.withdraw).
+func (l *exclusive) waitLeft(ctx context.Context, until time.Time) {
 	o := &l.o
-	if o.c.mux.Waiters(l.wakeCh) == 0 {
-		if o.c.beforeLeave != nil {
-			o.c.beforeLeave()
-		}
-		_, _ = o.withdraw(ctx, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
-			[]string{o.c.lockToken, o.c.publishCmd}}, nil)
+	wake := func() { o.c.mux.Wake(l.wakeCh) }
+	if o.c.mux.Waiters(l.wakeCh) != 0 {
+		wake()
+		return
 	}
-	o.c.mux.Wake(l.wakeCh)
+	if o.c.beforeLeave != nil {
+		o.c.beforeLeave()
+	}
+	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
+		[]string{o.c.lockToken, o.c.publishCmd}}, nil, wake)
 }
 
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
@@ -381,7 +393,8 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 		return r, h
 	})
 	if registered && o.c.mux.Waiters(l.wakeCh) == 0 && !o.c.isClosed() {
-		l.waitLeft(ctx) // the waiters it registered for left while it was on its way
+		// The waiters it registered for left while it was on its way.
+		l.waitLeft(ctx, o.c.bound(context.WithoutCancel(ctx)).Add(replyGrace))
 	}
 	return err
 }
@@ -414,7 +427,9 @@ func (l *exclusive) release(holds int, latch, n string, h *heir) (script, bool) 
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there
-// was a lock to delete. A holder on this or another Client finds out through its Lost channel
+// was a lock to delete. It is sent once (a repeat could delete a hold taken since), and
+// awaited while ctx lasts, or without a deadline for the retry budget at most: no reply is
+// an error wrapping ErrOutcomeUnknown. A holder on this or another Client finds out through its Lost channel
 // at its next renewal (a hold kept by the watchdog), its next call, or when its lease ends.
 func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	o := &l.o
@@ -425,15 +440,19 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	if l.fair != nil {
 		script, keys, args = lua.FairForceRelease, l.keys(l.channel), []string{o.c.publishCmd, nowMs()}
 	}
-	res, confirmed := o.c.run(ctx, script, keys, args) // once: a repeat could delete a hold taken since
-	n, err := res.AsInt64()
+	msg, confirmed, err := o.c.once(ctx, script, keys, args) // once: a repeat could delete a hold taken since
+	if err != nil {
+		return false, o.wrap(err)
+	}
+	n, err := msg.AsInt64()
 	if err != nil {
 		return false, o.wrap(err)
 	}
 	return n == 1, o.wrap(o.c.confirmed(confirmed))
 }
 
-// IsLocked reports whether anyone holds the lock.
+// IsLocked reports whether anyone holds the lock. Like every read, it waits for Redis while
+// ctx lasts, and without a deadline for the retry budget at most.
 func (l *exclusive) IsLocked(ctx context.Context) (bool, error) { return l.o.exists(ctx) }
 
 // IsHeld reports whether this handle holds the lock, as Redis sees it. When the handle
@@ -445,7 +464,8 @@ func (l *exclusive) IsHeld(ctx context.Context) (bool, error) {
 
 // HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none);
 // the handle's own count of its Lock calls is what its Unlocks follow. When the handle
-// thought it held the lock and Redis says no, the hold is lost: Lost closes.
+// thought it held the lock and Redis says no, the hold is lost: Lost closes. Bounded as
+// IsLocked.
 func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
@@ -455,13 +475,17 @@ func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	defer o.unlock()
-	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Hget().Key(o.name).Field(o.id).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
+	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Hget().Key(o.name).Field(o.id).Build() })
+	if err == nil && msg.IsNil() {
 		if o.count > 0 {
 			o.lost("the hold is gone from Redis")
 		}
 		return 0, nil
 	}
+	if err != nil {
+		return 0, o.wrap(err)
+	}
+	n, err := msg.AsInt64()
 	return int(n), o.wrap(err)
 }
 
@@ -470,13 +494,17 @@ func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 const NoExpiry time.Duration = -1
 
 // RemainingTTL returns how long the lock has before it expires, whoever holds it: 0 when it
-// is not locked, NoExpiry when it has no TTL. Millisecond precision.
+// is not locked, NoExpiry when it has no TTL. Millisecond precision. Bounded as IsLocked.
 func (l *exclusive) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
-	ms, err := o.c.rdb.Do(ctx, o.c.rdb.B().Pttl().Key(o.name).Build()).AsInt64()
+	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Pttl().Key(o.name).Build() })
+	var ms int64
+	if err == nil {
+		ms, err = msg.AsInt64()
+	}
 	switch {
 	case err != nil:
 		return 0, o.wrap(err)

@@ -140,7 +140,7 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 	// wakes may be a reader held back by a writer's claim, which would swallow it.
 	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: limit, attempt: a})
 	if !ok && write {
-		l.leave(ctx)
+		l.leave(ctx, c.leaveBy(ctx, err))
 	}
 	return ok, err
 }
@@ -165,10 +165,10 @@ func (l *RWLock) attempt(ctx context.Context, write bool, lease time.Duration, l
 }
 
 // leave drops the writer's claim after a wait that did not end in the lock, and wakes the
-// readers it held back.
-func (l *RWLock) leave(ctx context.Context) {
+// readers it held back; in the background, awaited until until at most (see owner.withdraw).
+func (l *RWLock) leave(ctx context.Context, until time.Time) {
 	o := &l.w
-	_, _ = o.withdraw(ctx, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil)
+	_, _ = o.withdraw(ctx, until, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil, nil)
 }
 
 // RUnlock releases one read hold. Its guarantee and errors are Lock.Unlock's.

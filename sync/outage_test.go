@@ -344,3 +344,87 @@ func outageCall(t *testing.T, b *redistest.Backend, other *Client, fault outageF
 		t.Logf("returned %v after its bound: %v", late.Round(time.Millisecond), err)
 	}
 }
+
+// An acquire whose context ends while Redis hangs returns at its deadline (and the script's
+// grace), telling its caller it took nothing; when Redis resumes and runs the script, which
+// takes the free lock, the reply is read in the background and the hold given back: the
+// lock is free again, and the handle's next call, which waits for that, finds it so.
+func TestOutageLateAcquireIsGivenBack(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "outage:late-acquire"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		p := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, p.Addr())
+		l := c.Lock(name)
+		must(t, l.Lock(ctx)) // a first script: Redis has it, and the connection is up
+		must(t, l.Unlock(ctx))
+
+		p.Hang(true)
+		lctx, cancel := context.WithTimeout(ctx, outageWait)
+		defer cancel()
+		start := time.Now()
+		err := l.Lock(lctx, Lease(time.Minute))
+		if late := time.Since(start) - outageWait; late > outageSlack || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with Redis hung: %v, %v past its deadline; want context.DeadlineExceeded within %v", err, late, outageSlack)
+		}
+		p.Hang(false) // the script runs now, and takes the free lock
+		if n, err := l.HoldCount(ctx); n != 0 || err != nil {
+			t.Fatalf("HoldCount after the late acquire: %d, %v; want 0 (the hold given back)", n, err)
+		}
+		eventually(t, 5*time.Second, "the late hold given back", func() bool { return !exists(t, admin, name) })
+		if l.Valid() {
+			t.Fatal("Valid after an acquire that failed")
+		}
+		if ok, err := c.Lock(name).TryLock(ctx); !ok || err != nil {
+			t.Fatalf("TryLock of another handle after the hold was given back: %v, %v", ok, err)
+		}
+	})
+}
+
+// A fair waiter whose context ends while Redis hangs returns at once, its leave left to the
+// background; a release that grants it the lock meanwhile (the leave has not run) is found
+// by the leave once Redis resumes, and given back — the caller was told it has no lock —
+// and the lock goes to whoever asks next.
+func TestOutageLateFairGrantIsGivenBack(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:outage-late-grant"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		p := redistest.NewProxy(t, b.Addr)
+		wc, _ := newClient(t, p.Addr())
+		hc, _ := newClient(t, b.Addr)
+		w, holder := wc.FairLock(name), hc.FairLock(name)
+		must(t, holder.Lock(ctx))
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := fairStartLock(wctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		eventually(t, 5*time.Second, "the waiter waiting", func() bool { return wc.mux.Waiters(w.wakeCh) == 1 })
+
+		p.Hang(true)
+		cancel()
+		start := time.Now()
+		if err := fairAwait(t, done, 5*time.Second, "the cancelled waiter"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock cancelled while Redis hangs: %v, want context.Canceled", err)
+		}
+		if took := time.Since(start); took > outageSlack {
+			t.Fatalf("Lock cancelled while Redis hangs returned after %v, want within %v", took, outageSlack)
+		}
+		must(t, holder.Unlock(ctx)) // grants w, still queued: its leave has not run
+		if _, ok := hgetField(t, admin, name, w.Owner()); !ok {
+			t.Fatal("the release did not grant the waiter the lock: the situation this test is about did not arise")
+		}
+		p.Hang(false) // the leave runs, and finds the grant
+		eventually(t, 5*time.Second, "the late grant given back", func() bool { return !exists(t, admin, name) })
+		if n, err := w.HoldCount(ctx); n != 0 || err != nil {
+			t.Fatalf("HoldCount of the waiter: %d, %v; want 0", n, err)
+		}
+		fairNoPlaces(t, admin, name, "after the late leave")
+		if ok, err := hc.FairLock(name).TryLock(ctx); !ok || err != nil {
+			t.Fatalf("TryLock after the grant was given back: %v, %v", ok, err)
+		}
+	})
+}

@@ -349,9 +349,10 @@ func (o *owner) settle(ctx context.Context) error {
 // and MOVED, ASK, which reach it only from a connection of its own),
 // is retried with backoff within the retry budget and while ctx lasts (a release passes a
 // context without cancellation: it must still run when the caller's request has ended). A
-// script already sent is awaited whatever ctx says: only its reply tells what it did. When
-// no reply came back for a run that may have acted, the error wraps ErrOutcomeUnknown. A nil
-// reply is no error.
+// script already sent is awaited replyGrace past ctx's end (only its reply tells what it
+// did), and within the retry budget at most (see try). When no reply came back for a run
+// that may have acted, the error wraps ErrOutcomeUnknown, and ctx.Err() once ctx ended. A
+// nil reply is no error.
 //
 // With WithSyncReplicas, each run is followed by WAIT, and a run that got a reply but fewer
 // confirmations than asked returns its reply with an error wrapping ErrNotReplicated.
@@ -458,15 +459,9 @@ func (o *owner) giveBack(ctx context.Context, holds int) error {
 	return err
 }
 
-// retry runs do, which must be safe to repeat, as exec runs a script.
-func (c *Client) retry(ctx context.Context, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, error) {
-	msg, _, err := c.try(ctx, true, do)
-	return msg, err
-}
-
-// read runs do, a read, as retry does: repeated while its reply is lost, within the retry
-// budget and while ctx lasts. An error says Redis could not be reached in time (a read has no
-// outcome to be unknown), or that ctx ended.
+// read runs do, a read, as exec runs a script: repeated while its reply is lost, within the
+// retry budget and while ctx lasts. An error says Redis could not be reached in time (a read
+// has no outcome to be unknown), or that ctx ended.
 func (c *Client) read(ctx context.Context, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, error) {
 	msg, _, err := c.try(ctx, false, do)
 	return msg, err
@@ -490,7 +485,7 @@ func (c *Client) bound(ctx context.Context) time.Time {
 	return until
 }
 
-// try runs do, for a change or a read, as retry and read do. Every send has its end: the
+// try runs do, for a change (exec) or a read (read). Every send has its end: the
 // retry budget from the first (at least minReplyWait), and replyGrace: neither a Redis that
 // is unreachable nor one that hangs holds a request longer. The caller waits for a send as
 // long as its ctx lasts, and replyGrace after it ended at most (a release, whose ctx has no

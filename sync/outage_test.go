@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"errors"
+	"slices"
 	gosync "sync"
 	"testing"
 	"time"
@@ -229,39 +230,58 @@ const (
 	outageWhileWait  = "while-waiting"
 )
 
+// Every method of every primitive, with Redis unreachable and hung, made during the outage
+// with a deadline and without one, and (a call that waits) waiting when it begins.
+//
 // On a real redis-server only: what is checked happens in the Client and the proxy, and
 // miniredis, whose scripts run in the test's process (under the race detector, slowly),
-// would only load the machine that the timings are taken on.
+// would only load the machine that the timings are taken on. Nor does it run in parallel
+// with the package's other tests, for the same reason. Its own cases run a dozen at a time,
+// each batch set up first and its calls made together once all are: a case's timing is not
+// taken while others start Clients.
 func TestOutageEveryCallHasABound(t *testing.T) {
-	t.Parallel()
 	b := redistest.Redis(t)
 	for _, fault := range outageFaults() {
 		for _, mode := range []string{outageDeadline, outageBackground, outageWhileWait} {
-			// One group at a time, its cases a few at a time: each waits on timers, but a
-			// crowd of them starting at once would load the machine whose timings are taken.
 			t.Run(fault.name+"/"+mode, func(t *testing.T) {
 				other, _ := newClient(t, b.Addr)
-				var wg gosync.WaitGroup
-				slots := make(chan struct{}, 8)
+				var cases []outageCase
 				for _, tc := range outageCases() {
-					if mode == outageWhileWait && !tc.wait || mode == outageDeadline && tc.effect == outageRelease {
-						continue
+					if !(mode == outageWhileWait && !tc.wait || mode == outageDeadline && tc.effect == outageRelease) {
+						cases = append(cases, tc)
 					}
-					slots <- struct{}{}
-					wg.Go(func() {
-						defer func() { <-slots }()
-						t.Run(tc.name, func(t *testing.T) { outageCall(t, b, other, fault, mode, tc) })
-					})
 				}
-				wg.Wait()
+				for batch := range slices.Chunk(cases, 12) {
+					var ready, wg gosync.WaitGroup
+					ready.Add(len(batch))
+					start := make(chan struct{})
+					for _, tc := range batch {
+						wg.Go(func() {
+							t.Run(tc.name, func(t *testing.T) {
+								outageCall(t, b, other, fault, mode, tc, ready.Done, start)
+							})
+						})
+					}
+					ready.Wait()
+					close(start)
+					wg.Wait()
+				}
 			})
 		}
 	}
 }
 
 // outageCall makes tc's call through a proxy that fault takes down, as mode says, and checks
-// how long it took and what it returned.
-func outageCall(t *testing.T, b *redistest.Backend, other *Client, fault outageFault, mode string, tc outageCase) {
+// how long it took and what it returned. It calls ready once set up (or failed), and makes
+// the call once start is closed.
+func outageCall(t *testing.T, b *redistest.Backend, other *Client, fault outageFault, mode string, tc outageCase,
+	ready func(), start <-chan struct{}) {
+	readied := false
+	defer func() {
+		if !readied {
+			ready()
+		}
+	}()
 	setup := testCtx(t, 10*time.Second)
 	p := redistest.NewProxy(t, b.Addr)
 	c, _ := newClient(t, p.Addr(), WithRetryBudget(outageBudget))
@@ -272,6 +292,9 @@ func outageCall(t *testing.T, b *redistest.Backend, other *Client, fault outageF
 		p.Blackhole(false)
 	})
 	call, ch := tc.prepare(t, setup, c, other, "outage:"+t.Name())
+	readied = true
+	ready()
+	<-start
 
 	var ctx context.Context
 	var bound time.Time // when the call must have returned, less outageSlack

@@ -130,7 +130,7 @@ const DefaultRetryBudget = 10 * time.Second
 // still without a reply after it fails with ErrOutcomeUnknown (a read: with the network's
 // error). Acquisitions also stop repeating when their context ends; releases do not. It also
 // bounds every call whose context has no deadline while Redis is unreachable or hangs: no
-// request is awaited longer than the budget (at least a second) and 25 ms. Default
+// request is awaited longer than the budget (at least two seconds) and 25 ms. Default
 // DefaultRetryBudget; it must not be negative (0: one try).
 func WithRetryBudget(budget time.Duration) Option {
 	return func(c *config) error {

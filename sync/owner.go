@@ -473,7 +473,7 @@ const replyGrace = 25 * time.Millisecond
 
 // minReplyWait is the least a request is awaited, whatever the retry budget: a small budget
 // bounds the repeats, not how slow a reply may be.
-const minReplyWait = time.Second
+const minReplyWait = 2 * time.Second
 
 // bound is until when a call of ctx makes requests: its deadline or, without one (or a
 // later one), the retry budget from now (at least minReplyWait).

@@ -545,15 +545,22 @@ var errNoReply = fmt.Errorf("no reply in time: %w", os.ErrDeadlineExceeded)
 // the reply will come on (pending): replyGrace later for a change, whose reply tells what it
 // did, and at once for a read.
 func send(ctx, sendCtx context.Context, change bool, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
-	res := make(chan rueidis.RedisResult, 1)
-	go func() {
+	run := func() rueidis.RedisResult {
 		r := do(sendCtx)
 		if r.NonRedisError() != nil && sendCtx.Err() != nil {
 			r = rueidis.NewErrorResult(errNoReply) // not the caller's cancellation: the send's end
 		}
-		res <- r
-	}()
+		return r
+	}
 	ended := ctx.Done()
+	if ended == nil {
+		// Nothing ends the caller's wait before the send's end (a release, a call without a
+		// context that ends), which bounds rueidis's wait: no goroutine of its own, no hand-over.
+		msg, err := run().ToMessage()
+		return msg, nil, err
+	}
+	res := make(chan rueidis.RedisResult, 1)
+	go func() { res <- run() }()
 	var grace <-chan time.Time
 	for {
 		select {

@@ -241,6 +241,20 @@ const (
 // taken while others start Clients.
 func TestOutageEveryCallHasABound(t *testing.T) {
 	b := redistest.Redis(t)
+	// A first round, not timed: the first calls of a test process pay for its start (and,
+	// under go test ./..., for the packages still being built beside it).
+	t.Run("warm-up", func(t *testing.T) {
+		other, _ := newClient(t, b.Addr)
+		var wg gosync.WaitGroup
+		for _, tc := range outageCases()[:12] {
+			wg.Go(func() {
+				t.Run(tc.name, func(t *testing.T) {
+					outageCall(t, b, other, outageFaults()[0], outageDeadline, tc, func() {}, nil)
+				})
+			})
+		}
+		wg.Wait()
+	})
 	for _, fault := range outageFaults() {
 		for _, mode := range []string{outageDeadline, outageBackground, outageWhileWait} {
 			t.Run(fault.name+"/"+mode, func(t *testing.T) {
@@ -277,7 +291,7 @@ func TestOutageEveryCallHasABound(t *testing.T) {
 
 // outageCall makes tc's call through a proxy that fault takes down, as mode says, and checks
 // how long it took and what it returned. It calls ready once set up (or failed), and makes
-// the call once start is closed.
+// the call once start is closed; with start nil, at once and without checking anything.
 func outageCall(t *testing.T, b *redistest.Backend, other *Client, fault outageFault, mode string, tc outageCase,
 	ready func(), start <-chan struct{}) {
 	readied := false
@@ -298,7 +312,9 @@ func outageCall(t *testing.T, b *redistest.Backend, other *Client, fault outageF
 	call, ch := tc.prepare(t, setup, c, other, "outage:"+t.Name())
 	readied = true
 	ready()
-	<-start
+	if start != nil {
+		<-start
+	}
 
 	var ctx context.Context
 	var bound time.Time // when the call must have returned, less outageSlack
@@ -343,6 +359,9 @@ func outageCall(t *testing.T, b *redistest.Backend, other *Client, fault outageF
 		fault.on(p)
 	}
 	r := <-done
+	if start == nil {
+		return
+	}
 	err, late, ended := r.err, r.at.Sub(bound), r.ended
 	if late > outageSlack {
 		t.Errorf("returned %v past its bound (at most %v): %v", late.Round(time.Millisecond), outageSlack, err)

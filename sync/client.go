@@ -130,9 +130,11 @@ const DefaultRetryBudget = 10 * time.Second
 // WithRetryBudget sets how long a request is repeated, with backoff from 20 ms to 1 s, while
 // its reply is lost to the network or Redis refuses it without running it (LOADING, BUSY,
 // TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY). Every request is safe to repeat. A request
-// still without a reply after it fails with ErrOutcomeUnknown. Acquisitions also stop
-// repeating when their context ends; releases do not. Default DefaultRetryBudget; it must
-// not be negative (0: one try).
+// still without a reply after it fails with ErrOutcomeUnknown (a read: with the network's
+// error). Acquisitions also stop repeating when their context ends; releases do not. It also
+// bounds every call whose context has no deadline while Redis is unreachable or hangs: no
+// request is awaited longer than the budget (at least two seconds) and 25 ms. Default
+// DefaultRetryBudget; it must not be negative (0: one try).
 func WithRetryBudget(budget time.Duration) Option {
 	return func(c *config) error {
 		if budget < 0 {
@@ -241,6 +243,10 @@ type Client struct {
 	afterAcquire  func()
 	beforeRelease func()
 	beforeLeave   func()
+	// leaveGrace is how long past its context's end a call awaits the withdrawal of its
+	// waiter's claim (see Client.leaveBy): tests that need the withdrawal's reply to come in
+	// time, whatever the machine's load, lengthen it.
+	leaveGrace time.Duration
 
 	heirs heirs // local waiters a release may hand its lock to
 
@@ -323,6 +329,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		replicas:   int64(cfg.replicas),
 		replicaMs:  cfg.replicaWait.Milliseconds(),
 		cluster:    cluster,
+		leaveGrace: leaveGrace,
 		closed:     make(chan struct{}),
 		shut:       make(chan struct{}),
 	}

@@ -20,8 +20,11 @@ import (
 // granted the lock by the release itself and returns from Lock with no request of its own;
 // a Java waiter is told to attempt, as Redisson does. Nobody else attempts. A TryLock
 // without wait time takes the lock only when nobody is queued, and never queues. A waiter
-// whose wait ends (its context, its wait time) leaves the queue; if a release granted it the
-// lock at that moment, the call returns nil, holding it (as a local hand-off's heir does).
+// whose wait ends (its context, its wait time) leaves the queue, in the background; if a
+// release granted it the lock at that moment, the call returns nil, holding it (as a local
+// hand-off's heir does) — when the leave's reply shows the grant while the call still waits
+// for it (25 ms past its context's end at most). A grant the leave finds later is given
+// back.
 //
 // A waiter keeps its place alive by attempting again at least every third of the Client's
 // fair wait time (WithFairLockWaitTimeout, by default the watchdog timeout). A waiter that
@@ -62,25 +65,27 @@ func (l *exclusive) keys(more ...string) []string {
 }
 
 // leave takes the owner's place out of the queue after a wait that did not end in the lock,
-// and reports whether a release granted the owner the lock meanwhile: the wait then takes
-// it (as a local hand-off's heir does when its context ends), since the leave cannot hand
-// it back safely — a late run of a leave that released the owner's hold could release a
-// hold the owner took since.
-func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration) (bool, error) {
-	return o.withdraw(ctx, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd, nowMs()}},
-		func(msg rueidis.RedisMessage) (bool, error) {
+// in the background (see owner.withdraw), awaited until until at most, and reports whether
+// a release granted the owner the lock meanwhile: the wait then takes it (as a local
+// hand-off's heir does when its context ends), since the leave cannot hand it back safely —
+// a late run of a leave that released the owner's hold could release a hold the owner took
+// since. A grant the leave finds once the caller has stopped waiting is given back
+// (giveBack), as is one that cannot be kept (WithSyncReplicas, a closed Client).
+func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration, until time.Time) (bool, error) {
+	return o.withdraw(ctx, until, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd, nowMs()}},
+		func(msg rueidis.RedisMessage, late bool) (bool, error) {
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
 				return false, nil
 			}
-			if o.c.replicas > 0 || o.c.closing() {
-				// Granted by the releaser's script, which only an attempt of the owner's own
-				// could confirm (WithSyncReplicas), or to a Client closed since, whose hold
-				// nobody would renew or release: it goes back.
+			if late || o.c.replicas > 0 || o.c.closing() {
+				// Granted as the caller stopped waiting, or by the releaser's script, which
+				// only an attempt of the owner's own could confirm (WithSyncReplicas), or to a
+				// Client closed since, whose hold nobody would renew or release: it goes back.
 				return false, o.giveBack(ctx, 1)
 			}
 			err := o.took(o.sent, lease, 0)
 			return err == nil, err
-		})
+		}, nil)
 }
 
 // keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts

@@ -261,6 +261,7 @@ func TestFairGrantUnlearnedTakenByLeave(t *testing.T) {
 		})
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(30000).Build() })
 		wc, _ := newClient(t, b.Addr)
+		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
 		nc, _ := newClient(t, b.Addr)
 		wn, nn := fairCountAttempts(wc), fairCountAttempts(nc)
 		w, next := wc.FairLock(name, Reentrant()), nc.FairLock(name, Reentrant())
@@ -618,6 +619,7 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 		admin := b.Client(t)
 		gate := newGateProxy(t, b.Addr)
 		wc, _ := newClient(t, gate.addr())
+		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr)
 		w, holder, other := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
@@ -687,6 +689,7 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		wc, _ := newClient(t, b.Addr)
+		wc.leaveGrace = time.Minute // a cancelled wait returns once its leave has run, however slow
 		hc, _ := newClient(t, b.Addr)
 		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 		cancelled, rounds := 0, 0
@@ -750,6 +753,7 @@ func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 		admin := b.Client(t)
 		gate := newGateProxy(t, b.Addr)
 		wc, _ := newClient(t, gate.addr())
+		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr)
 		xc, _ := newClient(t, b.Addr)

@@ -72,6 +72,7 @@ func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		p := newHoldProxy(t, b.Addr)
 		wc, _ := newClient(t, p.addr())
+		wc.leaveGrace = time.Minute // the wait returns once its leave has run (its repeat)
 		hc, _ := newClient(t, b.Addr)
 		oc, _ := newClient(t, b.Addr)
 		admin := b.Client(t)

@@ -454,6 +454,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 		}
 		start := func() *waiter {
 			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
+			c.leaveGrace = time.Minute // the wait returns once its leave has run, however slow
 			w := &waiter{l: c.FairLock(name, Reentrant()), attempts: fairCountAttempts(c)}
 			w.ctx, w.cancel = context.WithCancel(ctx)
 			t.Cleanup(w.cancel)

@@ -63,15 +63,17 @@ func (l *FencedLock) TryLockToken(ctx context.Context, opts ...TryLockOption) (i
 	return out.token, true, nil
 }
 
-// Token returns the newest token the lock has given (0 when it has given none).
+// Token returns the newest token the lock has given (0 when it has given none). Bounded as
+// Lock.IsLocked.
 func (l *FencedLock) Token(ctx context.Context) (int64, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
-	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Get().Key(l.tokenKey).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
+	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Get().Key(l.tokenKey).Build() })
+	if err != nil || msg.IsNil() {
+		return 0, o.wrap(err)
 	}
+	n, err := msg.AsInt64()
 	return n, o.wrapKey(l.tokenKey, err)
 }

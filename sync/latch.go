@@ -90,7 +90,8 @@ func (l *CountDownLatch) request(ctx context.Context, s *lua.Script, args ...str
 	}, nil)
 }
 
-// Count returns the count now: 0 when the latch does not exist.
+// Count returns the count now: 0 when the latch does not exist. It waits for Redis while ctx
+// lasts, and without a deadline for the retry budget at most.
 func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
 	o := &l.p.owner
 	if err := o.check(ctx); err != nil {
@@ -106,8 +107,10 @@ func (l *CountDownLatch) count(ctx context.Context) (int, error) {
 }
 
 // Await waits until the count is zero, as long as ctx allows; it returns nil at once if it
-// is zero already, and ctx.Err() if ctx ends first. A zero message wakes every awaiter
-// without a further request.
+// is zero already, and an error wrapping ctx.Err() if ctx ends first. A zero message wakes
+// every awaiter without a further request. A read of the count that Redis does not answer
+// (unreachable, hung) ends the wait with an error: at ctx's end, or without a deadline
+// within the retry budget.
 func (l *CountDownLatch) Await(ctx context.Context) error {
 	o := &l.p.owner
 	if err := o.check(ctx); err != nil {

@@ -92,9 +92,22 @@ func (l *lender[T]) close() {
 // nothing — at once, or, when a request of its is of unknown outcome, once that is settled in
 // the background (see settleLater) — and reports whether it did. An owner that still holds (a
 // refused release) is not returned. One whose acquire's outcome is unknown is: its next
-// acquisition adopts the hold Redis may count, or the hold lapses with its lease.
+// acquisition adopts the hold Redis may count, or the hold lapses with its lease. When work
+// of the owner's own runs in the background (a waiter's claim withdrawn, a late reply read,
+// a Shutdown's release), the owner is returned once that is done, and the caller not kept.
 func (c *Client) returnOwner(o *owner, put func(*owner)) bool {
-	_ = o.lock(context.Background()) // a Shutdown may be releasing its holds
+	if !o.tryLock() {
+		go func() {
+			_ = o.lock(context.Background())
+			c.returnLocked(o, put)
+		}()
+		return true
+	}
+	return c.returnLocked(o, put)
+}
+
+// returnLocked is returnOwner with o's op held, which it gives back.
+func (c *Client) returnLocked(o *owner, put func(*owner)) bool {
 	holds, unsettled := o.count, o.unsettled != nil
 	if holds == 0 && !unsettled {
 		o.lease.Store(nil) // the next holder's lease is its own

@@ -28,9 +28,15 @@ import (
 // Without an explicit Lease the lock is kept by the Client's watchdog until Unlock; with
 // one it expires when the lease runs out. Valid and Lost report a lease lost while held.
 //
-// A context bounds how long a call waits for the lock. A script already sent to Redis is
-// awaited even if the context ends meanwhile (bounded by the rueidis client's own timeouts):
-// only its reply tells what it did, and a handle never acts on a guess.
+// A context bounds how long a call waits for the lock, and every call returns at the latest
+// 25 ms after its context's deadline, or without one within the retry budget
+// (WithRetryBudget), even while Redis is unreachable or hangs. A script already sent to
+// Redis is awaited those 25 ms after the context ended: only its reply tells what it did. A
+// reply that comes later still is read in the background, and a hold it shows, which the
+// caller was told it has not, is given back; the handle's next call waits for that. A
+// waiter's claim (a plain lock's registration, a fair lock's place) is withdrawn in the
+// background too. A waiter being handed the lock by a local release as its context ends
+// waits for that release's reply (within the retry budget) and, handed, succeeds.
 //
 // Who gets the lock: Lock is Redisson's non-fair lock. A release that frees it wakes one
 // waiting Client, on a channel of that Client's own, while Java waiters race it; within a
@@ -392,13 +398,17 @@ func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.D
 		// lock and woke the next — what a leave would do, at the cost of a third WAIT.
 		o.c.mux.Wake(l.wakeCh(o))
 	case l.fair != nil:
-		if got, gerr := l.leave(ctx, o, lease); got || gerr != nil {
-			return got, gerr
+		got, gerr := l.leave(ctx, o, lease, o.c.leaveBy(ctx, err))
+		if got {
+			return true, gerr
+		}
+		if gerr != nil {
+			err = errors.Join(err, gerr)
 		}
 	default:
 		// Also when the wait ended with Close: the rueidis client is still open then, as
 		// Close's doc asks, and a registration left behind would take a wake from others.
-		l.waitLeft(ctx, o)
+		l.waitLeft(ctx, o, o.c.leaveBy(ctx, err))
 	}
 	return ok, err
 }
@@ -409,16 +419,19 @@ func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.D
 // this Client as the wait ended, wakes the next Client: lock_leave.lua). And one waiter
 // still there attempts again: one that came meanwhile may have registered just before the
 // leave dropped it, and one that queued behind this wait never attempted, so never saw what
-// this one saw (a Redisson holder, whose release only its channel carries).
-func (l *exclusive) waitLeft(ctx context.Context, o *owner) {
-	if o.c.mux.Waiters(l.clientCh) == 0 {
-		if o.c.beforeLeave != nil {
-			o.c.beforeLeave()
-		}
-		_, _ = o.withdraw(ctx, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
-			[]string{o.c.lockToken, o.c.publishCmd}}, nil)
+// this one saw (a Redisson holder, whose release only its channel carries). The leave runs
+// in the background, as o, awaited until until at most (see owner.withdraw).
+func (l *exclusive) waitLeft(ctx context.Context, o *owner, until time.Time) {
+	wake := func() { o.c.mux.Wake(l.clientCh) }
+	if o.c.mux.Waiters(l.clientCh) != 0 {
+		wake()
+		return
 	}
-	o.c.mux.Wake(l.clientCh)
+	if o.c.beforeLeave != nil {
+		o.c.beforeLeave()
+	}
+	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
+		[]string{o.c.lockToken, o.c.publishCmd}}, nil, wake)
 }
 
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
@@ -527,7 +540,8 @@ func (l *exclusive) unlockAs(ctx context.Context, o *owner) error {
 		return r, h
 	})
 	if registered && o.c.mux.Waiters(l.clientCh) == 0 && !o.c.isClosed() {
-		l.waitLeft(ctx, o) // the waiters it registered for left while it was on its way
+		// The waiters it registered for left while it was on its way.
+		l.waitLeft(ctx, o, o.c.bound(context.WithoutCancel(ctx)).Add(replyGrace))
 	}
 	return err
 }
@@ -559,7 +573,9 @@ func (l *exclusive) release(o *owner, holds int, latch, n string, h *heir) (scri
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there
-// was a lock to delete. A holder on this or another Client finds out through its Lost channel
+// was a lock to delete. It is sent once (a repeat could delete a hold taken since), and
+// awaited while ctx lasts, or without a deadline for the retry budget at most: no reply is
+// an error wrapping ErrOutcomeUnknown. A holder on this or another Client finds out through its Lost channel
 // at its next renewal (a hold kept by the watchdog), its next call, or when its lease ends.
 func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	o := &l.o
@@ -570,15 +586,19 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	if l.fair != nil {
 		script, keys, args = lua.FairForceRelease, l.keys(l.channel), []string{o.c.publishCmd, nowMs()}
 	}
-	res, confirmed := o.c.run(ctx, script, keys, args) // once: a repeat could delete a hold taken since
-	n, err := res.AsInt64()
+	msg, confirmed, err := o.c.once(ctx, script, keys, args) // once: a repeat could delete a hold taken since
+	if err != nil {
+		return false, o.wrap(err)
+	}
+	n, err := msg.AsInt64()
 	if err != nil {
 		return false, o.wrap(err)
 	}
 	return n == 1, o.wrap(o.c.confirmed(confirmed))
 }
 
-// IsLocked reports whether anyone holds the lock.
+// IsLocked reports whether anyone holds the lock. Like every read, it waits for Redis while
+// ctx lasts, and without a deadline for the retry budget at most.
 func (l *exclusive) IsLocked(ctx context.Context) (bool, error) { return l.o.exists(ctx) }
 
 // IsHeld reports whether this handle holds the lock, as Redis sees it. When the handle
@@ -591,7 +611,7 @@ func (l *exclusive) IsHeld(ctx context.Context) (bool, error) {
 // HoldCount returns how many holds this handle has on the lock, as Redis sees it (0: none):
 // at most 1 unless the handle is Reentrant. The handle's own count of its Lock calls is what
 // its Unlocks follow. When the handle thought it held the lock and Redis says no, the hold
-// is lost: Lost closes.
+// is lost: Lost closes. Bounded as IsLocked.
 func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 	if err := l.o.check(ctx); err != nil {
 		return 0, err
@@ -607,13 +627,17 @@ func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 	if !l.reentrant && o.lease.Load() != lease {
 		return 0, nil // the hold ended meanwhile
 	}
-	n, err := o.c.rdb.Do(ctx, o.c.rdb.B().Hget().Key(o.name).Field(o.id).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
+	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Hget().Key(o.name).Field(o.id).Build() })
+	if err == nil && msg.IsNil() {
 		if o.count > 0 {
 			o.lost("the hold is gone from Redis")
 		}
 		return 0, nil
 	}
+	if err != nil {
+		return 0, o.wrap(err)
+	}
+	n, err := msg.AsInt64()
 	return int(n), o.wrap(err)
 }
 
@@ -622,18 +646,23 @@ func (l *exclusive) HoldCount(ctx context.Context) (int, error) {
 const NoExpiry time.Duration = -1
 
 // RemainingTTL returns how long the lock has before it expires, whoever holds it: 0 when it
-// is not locked, NoExpiry when it has no TTL. Millisecond precision.
+// is not locked, NoExpiry when it has no TTL. Millisecond precision. Bounded as IsLocked.
 func (l *exclusive) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	o := &l.o
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
-	// TYPE with it, one round trip: PTTL alone would time a key that is no lock.
-	rs := o.c.rdb.DoMulti(ctx, o.c.rdb.B().Type().Key(o.name).Build(), o.c.rdb.B().Pttl().Key(o.name).Build())
-	t, err := rs[0].ToString()
-	ms, perr := rs[1].AsInt64()
+	// And TYPE, once it exists: PTTL alone would time a key that is no lock.
+	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Pttl().Key(o.name).Build() })
+	var ms int64
 	if err == nil {
-		err = perr
+		ms, err = msg.AsInt64()
+	}
+	t := "none"
+	if err == nil && ms != -2 {
+		if msg, err = o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Type().Key(o.name).Build() }); err == nil {
+			t, err = msg.ToString()
+		}
 	}
 	switch {
 	case err != nil:

@@ -163,14 +163,22 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 		lease = []TryLockOption{Lease(cfg.lease)}
 	}
 	deadline := time.Now().Add(wait)
+	// A red lock's master gets redMinWait at least to answer — no more than half the
+	// lease, which the rounds' time takes from the validity.
+	answer := redMinWait
+	if cfg.leaseSet {
+		answer = min(answer, cfg.lease/2)
+	}
 	for {
 		start := time.Now()
-		round := m.round
-		if m.red {
-			round = m.redRound
-		}
 		h := &multiHold{}
-		ok, err := round(ctx, h, lease, wait, deadline)
+		var ok bool
+		var err error
+		if m.red {
+			ok, err = m.redRound(ctx, h, lease, deadline, answer)
+		} else {
+			ok, err = m.round(ctx, h, lease, wait, deadline)
+		}
 		if err != nil {
 			return false, errors.Join(err, m.release(ctx, h, true))
 		}
@@ -183,7 +191,9 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 		if err := m.release(ctx, h, true); err != nil {
 			return false, err
 		}
-		if wait <= 0 || time.Until(deadline) <= 0 {
+		// A red round gives each master answer at least: one that could not end by the
+		// deadline is not started.
+		if left := time.Until(deadline); wait <= 0 || left <= 0 || m.red && left < answer {
 			return false, nil
 		}
 	}
@@ -211,13 +221,14 @@ func (m *Multi) round(ctx context.Context, h *multiHold, lease []TryLockOption, 
 
 // redRound asks every master at once, as the Redlock write-up does: a round costs the
 // slowest master's answer, not the sum of all. Each gets its share of the wait left (as in
-// Redisson's red lock, whose masters are asked one after another), and at least redMinWait
-// to answer; one that fails counts as a refusal.
-func (m *Multi) redRound(ctx context.Context, h *multiHold, lease []TryLockOption, _ time.Duration, deadline time.Time) (bool, error) {
+// Redisson's red lock, whose masters are asked one after another), and at least answer to
+// answer — a master that is dead or hangs no more: its requests end with the round's
+// context (see Client.try); one that fails counts as a refusal.
+func (m *Multi) redRound(ctx context.Context, h *multiHold, lease []TryLockOption, deadline time.Time, answer time.Duration) (bool, error) {
 	n := len(m.locks)
 	share := max(time.Until(deadline)/time.Duration(n), 0)
 	opts := append(slices.Clip(lease), WaitTime(share))
-	lctx, cancel := context.WithTimeout(ctx, max(share, redMinWait))
+	lctx, cancel := context.WithTimeout(ctx, max(share, answer))
 	defer cancel()
 	taken := make([]bool, n)
 	all(n, func(i int) { taken[i], _ = m.locks[i].TryLock(lctx, opts...) })
@@ -232,8 +243,10 @@ func (m *Multi) redRound(ctx context.Context, h *multiHold, lease []TryLockOptio
 	return len(h.locks) >= n/2+1, nil
 }
 
-// redMinWait is the least a red lock gives one master to answer.
-const redMinWait = 50 * time.Millisecond
+// redMinWait is the least a red lock gives one master to answer (with a lease, no more than
+// half of it): a master that answers, even on a loaded machine, is not taken for one that is
+// down.
+const redMinWait = time.Second
 
 // expired reports whether, every lock taken, the acquisition is already worthless: a lock
 // taken first whose lease ran out meanwhile (a multi-lock), or, for a red lock with a lease,
@@ -260,17 +273,43 @@ func (m *Multi) expired(h *multiHold, cfg lockConfig, start time.Time) bool {
 // (rollback), not a hold found gone (a lease that ran out during the wait is what failed the
 // round), nor, for a red lock, any: a master that cannot be reached is what a red lock
 // allows for, and its hold lapses with its lease.
+//
+// A rollback is awaited while ctx lasts, and replyGrace past its end at most: its releases
+// go on in the background (each within its Client's retry budget), and a failure they meet
+// then is not reported — a hold not given back lapses with its lease.
 func (m *Multi) release(ctx context.Context, h *multiHold, rollback bool) error {
-	errs := make([]error, len(h.locks))
-	all(len(h.locks), func(i int) { // all at once, as Redisson's unlock does
-		err := h.locks[i].Unlock(ctx)
-		// (A release that stood unconfirmed rolled back all the same.)
-		if err != nil && !(rollback && (m.red || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrNotReplicated))) {
-			errs[i] = err
-		}
-	})
+	held := slices.Clone(h.locks)
 	h.locks = h.locks[:0]
-	return errors.Join(errs...)
+	errs := make([]error, len(held))
+	run := func() {
+		all(len(held), func(i int) { // all at once, as Redisson's unlock does
+			err := held[i].Unlock(ctx)
+			// (A release that stood unconfirmed rolled back all the same.)
+			if err != nil && !(rollback && (m.red || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrNotReplicated))) {
+				errs[i] = err
+			}
+		})
+	}
+	if !rollback {
+		run()
+		return errors.Join(errs...)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		run()
+	}()
+	select {
+	case <-done:
+		return errors.Join(errs...)
+	case <-ctx.Done():
+	}
+	select {
+	case <-done:
+		return errors.Join(errs...)
+	case <-time.After(replyGrace):
+		return nil
+	}
 }
 
 // all runs f(0) … f(n-1) at once, the last on the calling goroutine, and returns when all
@@ -330,7 +369,8 @@ func (l *RWLock) Valid() bool { return l.valid(true) }
 // least 3, one lock each — rather than all of them: the Redlock algorithm (Redisson's
 // RedissonRedLock). It holds when more than half of the masters granted their lock. Every
 // master is asked at once (Redisson asks one after another), each with its share of the
-// wait (at least 50 ms to answer), and one that is unreachable counts as a refusal; a round
+// wait, and at least a second to answer (with a Lease, half of it at most); one that is
+// unreachable or hangs counts as a refusal, and costs the round no more than that. A round
 // short of the quorum gives back what it took and, while the wait allows, another follows.
 // With Lease, its validity is the lease less the time the round that took it lasted and a
 // drift of 1 % + 2 ms (Deadline); without, each lock is kept by its Client's watchdog.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,7 +141,11 @@ func (o *owner) exists(ctx context.Context) (bool, error) {
 	if err := o.check(ctx); err != nil {
 		return false, err
 	}
-	t, err := o.c.rdb.Do(ctx, o.c.rdb.B().Type().Key(o.name).Build()).ToString()
+	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Type().Key(o.name).Build() })
+	if err != nil {
+		return false, o.wrap(err)
+	}
+	t, err := msg.ToString()
 	switch {
 	case err != nil:
 		return false, o.wrap(err)
@@ -150,6 +155,14 @@ func (o *owner) exists(ctx context.Context) (bool, error) {
 		return false, o.wrongType(o.name)
 	}
 	return true, nil
+}
+
+// get runs the read cmd makes, repeated within the retry budget while its reply is lost
+// (see Client.read): a read without a deadline never waits for Redis for ever. A nil reply
+// is no error.
+func (o *owner) get(ctx context.Context, cmd func(rueidis.Builder) rueidis.Completed) (rueidis.RedisMessage, error) {
+	c := o.c
+	return c.read(ctx, func(ctx context.Context) rueidis.RedisResult { return c.rdb.Do(ctx, cmd(c.rdb.B())) })
 }
 
 // wrongType is the ErrWrongType of key, one of the object's keys.
@@ -273,7 +286,7 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 // within the retry budget while its reply is lost.
 func (p *pool) get(ctx context.Context) (int, error) {
 	c := p.c
-	msg, err := c.retry(ctx, func(ctx context.Context) rueidis.RedisResult {
+	msg, err := c.read(ctx, func(ctx context.Context) rueidis.RedisResult {
 		return c.rdb.Do(ctx, c.rdb.B().Get().Key(p.name).Build())
 	})
 	if err != nil || msg.IsNil() {
@@ -317,23 +330,31 @@ func (o *owner) settle(ctx context.Context) error {
 // and MOVED, ASK, which reach it only from a connection of its own),
 // is retried with backoff within the retry budget and while ctx lasts (a release passes a
 // context without cancellation: it must still run when the caller's request has ended). A
-// script already sent is awaited whatever ctx says: only its reply tells what it did. When
-// no reply came back for a run that may have acted, the error wraps ErrOutcomeUnknown. A nil
-// reply is no error.
+// script already sent is awaited replyGrace past ctx's end (only its reply tells what it
+// did), and within the retry budget at most (see try). When no reply came back for a run
+// that may have acted, the error wraps ErrOutcomeUnknown, and ctx.Err() once ctx ended. A
+// nil reply is no error.
 //
 // With WithSyncReplicas, each run is followed by WAIT, and a run that got a reply but fewer
 // confirmations than asked returns its reply with an error wrapping ErrNotReplicated.
 func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
-	var confirmed int64
-	msg, err := c.retry(ctx, func(ctx context.Context) rueidis.RedisResult {
-		var res rueidis.RedisResult
-		res, confirmed = c.run(ctx, s, keys, args)
+	msg, _, err := c.execAs(ctx, true, s, keys, args)
+	return msg, err
+}
+
+// execAs is exec for a change, or for a read (see Client.read) when change is false, and
+// returns the send still pending when ctx ended first (see try).
+func (c *Client) execAs(ctx context.Context, change bool, s *lua.Script, keys, args []string) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
+	var confirmed atomic.Int64 // written by a send, which may be abandoned (see send)
+	msg, pending, err := c.try(ctx, change, func(ctx context.Context) rueidis.RedisResult {
+		res, n := c.run(ctx, s, keys, args)
+		confirmed.Store(n)
 		return res
 	})
 	if err == nil {
-		err = c.confirmed(confirmed)
+		err = c.confirmed(confirmed.Load())
 	}
-	return msg, err
+	return msg, pending, err
 }
 
 // run runs s once and returns its result and how many replicas confirmed the run: with
@@ -419,37 +440,177 @@ func (o *owner) giveBack(ctx context.Context, holds int) error {
 	return err
 }
 
-// retry runs do, which must be safe to repeat, as exec runs a script.
-func (c *Client) retry(ctx context.Context, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, error) {
-	sendCtx := ctx
-	if ctx.Done() != nil {
-		sendCtx = context.WithoutCancel(ctx)
+// read runs do, a read, as exec runs a script: repeated while its reply is lost, within the
+// retry budget and while ctx lasts. An error says Redis could not be reached in time (a read
+// has no outcome to be unknown), or that ctx ended.
+func (c *Client) read(ctx context.Context, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, error) {
+	msg, _, err := c.try(ctx, false, do)
+	return msg, err
+}
+
+// replyGrace is how long past the end of its call a request already sent is still awaited:
+// a reply on its way then tells what the request did, which a guess would not.
+const replyGrace = 25 * time.Millisecond
+
+// minReplyWait is the least a request is awaited, whatever the retry budget: a small budget
+// bounds the repeats, not how slow a reply may be.
+const minReplyWait = 2 * time.Second
+
+// bound is until when a call of ctx makes requests: its deadline or, without one (or a
+// later one), the retry budget from now (at least minReplyWait).
+func (c *Client) bound(ctx context.Context) time.Time {
+	until := time.Now().Add(max(c.budget, minReplyWait))
+	if d, ok := ctx.Deadline(); ok && d.Before(until) {
+		return d
 	}
+	return until
+}
+
+// try runs do, for a change (exec) or a read (read). Every send has its end: the
+// retry budget from the first (at least minReplyWait), and replyGrace: neither a Redis that
+// is unreachable nor one that hangs holds a request longer. The caller waits for a send as
+// long as its ctx lasts, and replyGrace after it ended at most (a release, whose ctx has no
+// end, for the send's whole life): a script already sent is awaited that long, since only
+// its reply tells what it did. A send the caller stopped waiting for is pending: the reply
+// comes on the channel returned, by the send's end (an error then: it was abandoned), for
+// the caller to act on in the background (see owner.attempt).
+func (c *Client) try(ctx context.Context, change bool, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
 	start := time.Now()
+	sendCtx, cancel := sendContext(ctx, start.Add(max(c.budget, minReplyWait)+replyGrace))
 	backoff := retryBackoff
 	unknown := false
 	for {
-		msg, err := do(sendCtx).ToMessage()
+		msg, pending, err := send(ctx, sendCtx, change, do)
+		if pending != nil { // the pending send ends with sendCtx, which it must outlive
+			return msg, pending, c.failed(ctx, change, err)
+		}
 		if err == nil || rueidis.IsRedisNil(err) {
-			return msg, nil
+			cancel()
+			return msg, nil, nil
 		}
 		rerr, isRedis := rueidis.IsRedisErr(err)
 		closing := c.sawClosing(err) // the client is closed: nothing was sent
 		unknown = unknown || (!isRedis && !closing)
-		if (isRedis && !notRun(rerr)) || closing || time.Since(start)+backoff > c.budget || ctx.Err() != nil || c.isClosed() {
-			if unknown {
-				return msg, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-			}
-			return msg, err
+		if (isRedis && !notRun(rerr)) || closing || time.Since(start)+backoff > c.budget || sendCtx.Err() != nil ||
+			ctx.Err() != nil || c.isClosed() {
+			cancel()
+			return msg, nil, c.failed(ctx, change && unknown, err)
 		}
 		c.log.Debug("no reply, or the script did not run; repeating the request", zap.Error(err))
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
+			cancel()
+			return msg, nil, c.failed(ctx, change && unknown, err)
 		case <-c.closed:
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}
+}
+
+// sendContext is a context for sends of a call of ctx, which ends at until, not with ctx:
+// the caller stops waiting for a send when ctx ends (see send), but the send goes on, its
+// reply still to be read. (rueidis may close the connection when a send's deadline passes
+// with no reply, failing every other request on it: so the deadline is the send's last
+// moment, never the caller's.)
+func sendContext(ctx context.Context, until time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.WithoutCancel(ctx), until)
+}
+
+// errNoReply is the error of a send that got no reply before it, or its caller's wait, ended.
+var errNoReply = fmt.Errorf("no reply in time: %w", os.ErrDeadlineExceeded)
+
+// send runs do with sendCtx and returns its reply — or errNoReply when sendCtx ends first,
+// even if rueidis goes on waiting, as it does for a connection that another request is
+// dialling (whose context bounds the dial); or, when ctx ends, errNoReply with the channel
+// the reply will come on (pending): replyGrace later for a change, whose reply tells what it
+// did, and at once for a read.
+func send(ctx, sendCtx context.Context, change bool, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
+	run := func() rueidis.RedisResult {
+		r := do(sendCtx)
+		if r.NonRedisError() != nil && sendCtx.Err() != nil {
+			r = rueidis.NewErrorResult(errNoReply) // not the caller's cancellation: the send's end
+		}
+		return r
+	}
+	ended := ctx.Done()
+	if ended == nil {
+		// Nothing ends the caller's wait before the send's end (a release, a call without a
+		// context that ends), which bounds rueidis's wait: no goroutine of its own, no hand-over.
+		msg, err := run().ToMessage()
+		return msg, nil, err
+	}
+	res := make(chan rueidis.RedisResult, 1)
+	go func() { res <- run() }()
+	var grace <-chan time.Time
+	for {
+		select {
+		case r := <-res:
+			msg, err := r.ToMessage()
+			return msg, nil, err
+		case <-ended:
+			if !change {
+				return rueidis.RedisMessage{}, res, errNoReply
+			}
+			ended, grace = nil, time.After(replyGrace)
+			continue
+		case <-sendCtx.Done():
+			select {
+			case r := <-res: // came as the send ended
+				msg, err := r.ToMessage()
+				return msg, nil, err
+			default:
+				return rueidis.RedisMessage{}, nil, errNoReply
+			}
+		case <-grace:
+			select {
+			case r := <-res:
+				msg, err := r.ToMessage()
+				return msg, nil, err
+			default:
+				return rueidis.RedisMessage{}, res, errNoReply
+			}
+		}
+	}
+}
+
+// once runs s a single time, for a request that is not safe to repeat: until ctx's
+// deadline, or the retry budget when it has none (see try). An error for a run that may have
+// acted wraps ErrOutcomeUnknown.
+func (c *Client) once(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return rueidis.RedisMessage{}, 0, err
+	}
+	sendCtx, cancel := sendContext(ctx, c.bound(ctx).Add(replyGrace))
+	defer cancel()
+	var confirmed atomic.Int64 // written by the send, which may be abandoned
+	msg, _, err := send(ctx, sendCtx, true, func(ctx context.Context) rueidis.RedisResult {
+		res, n := c.run(ctx, s, keys, args)
+		confirmed.Store(n)
+		return res
+	})
+	if err != nil && !rueidis.IsRedisNil(err) {
+		_, isRedis := rueidis.IsRedisErr(err)
+		return msg, confirmed.Load(), c.failed(ctx, !isRedis && !c.sawClosing(err), err)
+	}
+	return msg, confirmed.Load(), nil
+}
+
+// failed is the error of a request of ctx that err ended: it wraps ctx.Err() once ctx has
+// ended, and ErrOutcomeUnknown when unknown. A send's own deadline (see try), which rueidis
+// reports as context.DeadlineExceeded, is reported as the timeout it is, so that it does not
+// pass for the caller's.
+func (c *Client) failed(ctx context.Context, unknown bool, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no reply in time: %w", os.ErrDeadlineExceeded)
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	if unknown {
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	return err
 }
 
 // notRun reports whether a Redis error reply means the script never ran.
@@ -516,7 +677,12 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
-	defer o.unlock()
+	var pending <-chan rueidis.RedisResult // the script's reply, which ctx ended before
+	defer func() {
+		if pending == nil {
+			o.unlock()
+		}
+	}()
 	if err := o.settle(ctx); err != nil {
 		return 0, false, err
 	}
@@ -525,13 +691,17 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 	}
 	sent := time.Now()
 	r := req()
-	msg, err := o.exec(ctx, r.s, r.keys, r.args)
+	o.requests++
+	msg, pending, err := o.c.execAs(ctx, true, r.s, r.keys, r.args)
 	var disowned error // a reply, but a hold taken goes back: why (see disown)
 	if errors.Is(err, ErrNotReplicated) {
 		disowned, err = err, nil
 	}
 	if err != nil {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
+		if pending != nil {
+			go o.late(pending, o.count+1) // it takes op over
+		}
 		return 0, false, o.wrap(err)
 	}
 	o.sent = sent
@@ -582,6 +752,29 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		return 0, false, o.lost("re-entry found the hold gone")
 	}
 	return ttl, false, nil
+}
+
+// late awaits, in the background, the reply of an acquire whose caller's ctx ended first —
+// the caller was told it took nothing — and gives back the hold it shows taken, the
+// holds-th Redis counts of the owner's (see giveBack). Until then the owner makes no other
+// request: its next call waits for op, and so finds Redis as its caller was told. With no
+// reply (the send's end), the acquire's outcome stays unknown (unsure). Caller holds op,
+// which late gives back.
+func (o *owner) late(pending <-chan rueidis.RedisResult, holds int) {
+	defer o.unlock()
+	msg, err := (<-pending).ToMessage()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return
+	}
+	o.unsure = false // a reply: whatever an earlier acquire did, this one adopted or saw gone
+	arr, aerr := msg.ToArray()
+	if !msg.IsNil() && (aerr != nil || len(arr) != 2) { // not taken (a fenced lock's is {-1, token})
+		return
+	}
+	if gerr := o.giveBack(context.Background(), holds); gerr != nil {
+		o.c.log.Warn("a hold taken after its acquire's caller gave up was not given back; it lapses with its lease",
+			zap.String("name", o.name), zap.Error(o.wrap(gerr)))
+	}
 }
 
 // release drops one hold with a numbered request (see Lock.Unlock for what each outcome
@@ -673,15 +866,72 @@ func (o *owner) exec(ctx context.Context, s *lua.Script, keys, args []string) (r
 }
 
 // withdraw runs s, which withdraws a waiter's claim on the object (a fair lock's place, a
-// writer's claim) after a wait that did not end in a hold — whatever ctx says: a claim left
-// behind would hold others up until it lapsed. If Redis cannot be told, it lapses by itself
-// (see FairLock and RWLock for when). then, if not nil, is given the reply, under op: a
-// request of unknown outcome is settled first, or the reply could show a hold that request
-// will still drop.
-func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisMessage) (bool, error)) (bool, error) {
-	ctx = context.WithoutCancel(ctx)
-	_ = o.lock(ctx)
-	defer o.unlock()
+// writer's claim, a plain lock's Client registration) after a wait that did not end in a
+// hold — whatever ctx says: a claim left behind would hold others up until it lapsed. It
+// runs in the background, holding op (so that the owner's next request waits for it, or
+// settles it), within the retry budget; the caller waits for it until until at most (the
+// zero time: not at all), so that neither a Redis that is unreachable nor one that hangs
+// delays the caller. If Redis cannot be told, the claim lapses by itself (see FairLock and
+// RWLock for when).
+//
+// then, if not nil, is given the reply, under op — a request of unknown outcome is settled
+// first, or the reply could show a hold that request will still drop — and late, whether
+// the caller has stopped waiting: a hold the reply shows, which a release granted as the
+// wait ended, the caller takes when it still waits (then's result is withdraw's), and
+// then gives back when it does not (late): a hold the caller is not told of must not be
+// kept. after, if not nil, runs last in the background, whatever came of the withdrawal.
+func (o *owner) withdraw(ctx context.Context, until time.Time, s script,
+	then func(msg rueidis.RedisMessage, late bool) (bool, error), after func()) (bool, error) {
+	w := &withdrawal{done: make(chan struct{})}
+	held := o.tryLock() // in the caller's order, if op is free
+	go func() {
+		defer close(w.done)
+		if after != nil {
+			defer after()
+		}
+		ctx := context.WithoutCancel(ctx)
+		if !held {
+			_ = o.lock(ctx)
+		}
+		defer o.unlock()
+		w.ok, w.err = o.withdrawing(ctx, s, then, w)
+	}()
+	if d := time.Until(until); d > 0 {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-w.done:
+		case <-timer.C:
+		}
+	}
+	w.mu.Lock()
+	taken := w.taken
+	w.abandoned = !taken
+	w.mu.Unlock()
+	if !taken {
+		select {
+		case <-w.done: // over, with no hold found
+			return w.ok, w.err
+		default:
+			return false, nil // what it finds is its own business
+		}
+	}
+	<-w.done // then is taking the hold for the caller: no request is left
+	return w.ok, w.err
+}
+
+// A withdrawal is the state a withdraw shares with its caller.
+type withdrawal struct {
+	mu        gosync.Mutex
+	taken     bool // the reply came while the caller waited: then takes what it shows, for it
+	abandoned bool // the caller stopped waiting first: then gives back what the reply shows
+	ok        bool
+	err       error
+	done      chan struct{}
+}
+
+// withdrawing is withdraw's background part. Caller holds op.
+func (o *owner) withdrawing(ctx context.Context, s script, then func(rueidis.RedisMessage, bool) (bool, error), w *withdrawal) (bool, error) {
 	if o.count > 0 {
 		return false, nil // a re-entry, which never claims
 	}
@@ -700,7 +950,39 @@ func (o *owner) withdraw(ctx context.Context, s script, then func(rueidis.RedisM
 	if then == nil {
 		return false, nil
 	}
-	return then(msg)
+	w.mu.Lock()
+	late := w.abandoned
+	w.taken = !late
+	w.mu.Unlock()
+	ok, err := then(msg, late)
+	if late && err != nil {
+		o.c.log.Warn("a hold granted as a wait ended was not given back; it lapses with its lease",
+			zap.String("name", o.name), zap.Error(err))
+	}
+	return ok, err
+}
+
+// leaveGrace is how long past its context's end a call awaits the withdrawal of its waiter's
+// claim (see Client.leaveBy): as long as a reply to a request already sent.
+const leaveGrace = replyGrace
+
+// leaveBy is until when a call whose wait ended with err (nil: its wait time ran out) waits
+// for the withdrawal of its claim (see withdraw): not at all when err says that Redis did not
+// answer, or refused to run a script, within the retry budget (the withdrawal would most
+// likely fare no better); leaveGrace past ctx's end; and while ctx lasts, as a request would
+// (its deadline or the retry budget, and replyGrace).
+func (c *Client) leaveBy(ctx context.Context, err error) time.Time {
+	var rerr *rueidis.RedisError
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown) || errors.As(err, &rerr) && notRun(rerr):
+		return time.Time{}
+	case ctx.Err() != nil:
+		if d, ok := ctx.Deadline(); ok && !d.After(time.Now()) {
+			return d.Add(c.leaveGrace)
+		}
+		return time.Now().Add(c.leaveGrace)
+	}
+	return c.bound(ctx).Add(replyGrace)
 }
 
 // ttl is the lease of the latest hold: the TTL a partial release keeps at least.

@@ -409,13 +409,15 @@ func (s *PermitSemaphore) Permits(ctx context.Context) (int, error) {
 }
 
 // state runs lua.PermitState in mode, repeated within the retry budget while its reply is
-// lost (it is safe to repeat). Its error is in the message.
+// lost (it is safe to repeat): a read (every mode but "update") as Client.read does, waiting
+// for Redis while ctx lasts, and without a deadline for the retry budget at most. Its error
+// is in the message.
 func (s *PermitSemaphore) state(ctx context.Context, mode string, args ...string) stateReply {
 	o := &s.p.owner
 	if err := o.check(ctx); err != nil {
 		return stateReply{err: err}
 	}
-	msg, err := o.c.exec(ctx, lua.PermitState, []string{o.name, s.timeouts, s.channel},
+	msg, _, err := o.c.execAs(ctx, mode == "update", lua.PermitState, []string{o.name, s.timeouts, s.channel},
 		append([]string{mode, nowMs(), o.c.publishCmd}, args...))
 	if mode != "update" && errors.Is(err, ErrNotReplicated) {
 		err = nil // a read: what it gave back of expired permits needs no confirming

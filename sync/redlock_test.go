@@ -161,3 +161,79 @@ func TestRedLockExclusionUnderPartitions(t *testing.T) {
 		}
 	})
 }
+
+// A red lock is for masters that fail: with 2 of 5 real redis-servers killed, or paused
+// (SIGSTOP, a hung host), an acquisition with a wait succeeds within its wait time — each
+// master gets its share of it, a dead or hung one no more — and its Deadline is honest: in
+// the future, within the lease. With 3 of 5 down it fails within its wait time, and leaves
+// nothing held on the live masters. The Clients keep the default retry budget (10 s), which
+// no master may take.
+func TestRedLockMastersKilledOrPaused(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"killed", "paused"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			const name, wait, lease = "red-down", 2 * time.Second, 10 * time.Second
+			const slack = 300 * time.Millisecond // past the wait: a send's grace, and the machine's load
+			ctx := testCtx(t, 30*time.Second)
+			var servers []*redistest.Server
+			var cs []*Client
+			for range 5 {
+				s := redistest.RedisServer(t)
+				c, _ := newClient(t, s.Addr)
+				servers = append(servers, s)
+				cs = append(cs, c)
+			}
+			down := func(i int) {
+				if how == "killed" {
+					servers[i].Kill()
+				} else {
+					servers[i].Pause()
+					t.Cleanup(servers[i].Resume) // before the Clients close (cleanups run last first)
+				}
+			}
+			down(0)
+			down(3)
+
+			m := redLock(cs, name)
+			start := time.Now()
+			ok, err := m.TryLock(ctx, WaitTime(wait), Lease(lease))
+			took := time.Since(start)
+			if !ok || err != nil {
+				t.Fatalf("TryLock with 2 of 5 masters %s: %v, %v after %v", how, ok, err, took)
+			}
+			if took > wait {
+				t.Errorf("TryLock with 2 of 5 masters %s took %v, more than its wait time %v", how, took, wait)
+			}
+			d, held := m.Deadline()
+			if now := time.Now(); !held || !d.After(now) || d.After(start.Add(lease)) {
+				t.Errorf("Deadline %v (%v): want in the future and within the lease from the start (%v)",
+					d.Sub(now), held, start.Add(lease).Sub(now))
+			}
+			t.Logf("%s: taken in %v, valid for %v", how, took.Round(time.Millisecond), time.Until(d).Round(time.Millisecond))
+			for _, i := range []int{1, 2, 4} {
+				if held, err := cs[i].Lock(name).IsLocked(ctx); !held || err != nil {
+					t.Errorf("live master %d: IsLocked %v, %v; want held", i, held, err)
+				}
+			}
+			_ = m.Unlock(ctx) // the masters down cannot answer: their holds lapse with the lease
+
+			down(4) // 3 of 5 down
+			start = time.Now()
+			ok, err = redLock(cs, name).TryLock(ctx, WaitTime(wait), Lease(lease))
+			took = time.Since(start)
+			if ok || err != nil {
+				t.Fatalf("TryLock with 3 of 5 masters %s: %v, %v; want false, nil", how, ok, err)
+			}
+			if took > wait+slack {
+				t.Errorf("TryLock with 3 of 5 masters %s took %v, more than its wait time %v", how, took, wait)
+			}
+			for _, i := range []int{1, 2} {
+				if held, err := cs[i].Lock(name).IsLocked(ctx); held || err != nil {
+					t.Errorf("live master %d holds the lock after a red lock that failed: %v, %v", i, held, err)
+				}
+			}
+			t.Logf("%s, 3 of 5: failed in %v", how, took.Round(time.Millisecond))
+		})
+	}
+}

@@ -225,7 +225,7 @@ func (l *RWLock) acquireAs(ctx context.Context, p *rwPair, write bool, lease, li
 	// wakes may be a reader held back by a writer's claim, which would swallow it.
 	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: limit, attempt: a})
 	if !ok && write && !errors.Is(err, ErrNotReplicated) { // unconfirmed, the take dropped the claim (see exclusive.acquire)
-		l.leave(ctx, &p.w)
+		l.leave(ctx, &p.w, c.leaveBy(ctx, err))
 	}
 	return ok, err
 }
@@ -253,9 +253,9 @@ func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.
 }
 
 // leave drops the writer o's claim after a wait that did not end in the lock, and wakes the
-// readers it held back.
-func (l *RWLock) leave(ctx context.Context, o *owner) {
-	_, _ = o.withdraw(ctx, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil)
+// readers it held back; in the background, awaited until until at most (see owner.withdraw).
+func (l *RWLock) leave(ctx context.Context, o *owner, until time.Time) {
+	_, _ = o.withdraw(ctx, until, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil, nil)
 }
 
 // RUnlock releases one read hold: the oldest, unless the handle is Reentrant. Its guarantee

@@ -164,7 +164,8 @@ func (s *Semaphore) add(ctx context.Context, n int) error {
 }
 
 // AvailablePermits returns the number of permits available now (0 when the semaphore does
-// not exist; negative after AddPermits took more than there were).
+// not exist; negative after AddPermits took more than there were). It waits for Redis while
+// ctx lasts, and without a deadline for the retry budget at most.
 func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	if err := s.p.check(ctx); err != nil {
 		return 0, err

@@ -40,7 +40,7 @@ func TestBackoffUnderOutage(t *testing.T) {
 				}
 				return res
 			})
-			w := newWatchdog(t, Options{Timeout: timeout})
+			w := newWatchdog(t, Options{Timeout: timeout, Cluster: true}) // {down} and {up} in batches of their own
 			k := f.kind("plain")
 			sent := time.Now()
 			l := w.Start(k, "{down}k", "o", sent, tc.ttl, true)

@@ -25,8 +25,8 @@ const (
 )
 
 // Proxy is a TCP proxy between clients and a test server that can inject
-// network failures: replies lost in transit, and the server becoming
-// unreachable. Create one with NewProxy and point clients at Addr.
+// network failures: replies lost in transit, the server becoming
+// unreachable, and the server hanging. Create one with NewProxy and point clients at Addr.
 type Proxy struct {
 	target string
 	ln     net.Listener
@@ -37,9 +37,11 @@ type Proxy struct {
 	conns     map[*proxyConn]struct{}
 	closed    bool
 	blackhole bool
-	armed     bool   // a DropReplyAfter fault is waiting for its marker
-	marker    []byte // the armed fault's marker
-	dropped   int
+	// unhung is nil while traffic flows, and while Hang is on a channel closed when it ends.
+	unhung  chan struct{}
+	armed   bool   // a DropReplyAfter fault is waiting for its marker
+	marker  []byte // the armed fault's marker
+	dropped int
 }
 
 // NewProxy starts a proxy on a random 127.0.0.1 port that forwards every
@@ -114,6 +116,40 @@ func (p *Proxy) Blackhole(on bool) {
 	}
 }
 
+// Hang makes the server hang while on, as a stopped process (SIGSTOP) or one stuck in a
+// long command does: connections stay open and new ones are accepted, but nothing passes
+// either way — requests and replies are held, and go on when Hang is turned off (a request
+// held meanwhile then runs late, as it would on a server that resumes).
+func (p *Proxy) Hang(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.unhung == nil:
+		p.unhung = make(chan struct{})
+	case !on && p.unhung != nil:
+		close(p.unhung)
+		p.unhung = nil
+	}
+}
+
+// pass waits while the proxy hangs, and reports whether pc may go on: false once pc or the
+// proxy is closed.
+func (p *Proxy) pass(pc *proxyConn) bool {
+	p.mu.Lock()
+	unhung := p.unhung
+	p.mu.Unlock()
+	if unhung != nil {
+		select {
+		case <-unhung:
+		case <-pc.done:
+			return false
+		case <-p.done:
+			return false
+		}
+	}
+	return true
+}
+
 func (p *Proxy) close() {
 	p.mu.Lock()
 	if p.closed {
@@ -171,7 +207,7 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	}
-	pc := &proxyConn{client: client, server: server, serverDone: make(chan struct{})}
+	pc := &proxyConn{client: client, server: server, serverDone: make(chan struct{}), done: make(chan struct{})}
 	if !p.register(pc) {
 		pc.close()
 		return
@@ -245,6 +281,9 @@ func (p *Proxy) clientToServer(pc *proxyConn) {
 				p.dropReply(pc, chunk)
 				return
 			}
+			if !p.pass(pc) {
+				return
+			}
 			if _, werr := pc.server.Write(chunk); werr != nil {
 				pc.close()
 				return
@@ -305,6 +344,9 @@ func (p *Proxy) serverToClient(pc *proxyConn) {
 	for {
 		n, err := pc.server.Read(buf)
 		if n > 0 {
+			if !p.pass(pc) {
+				return
+			}
 			pc.wmu.Lock()
 			var werr error
 			if !pc.cut {
@@ -333,10 +375,12 @@ type proxyConn struct {
 	cut bool
 
 	closeOnce sync.Once
+	done      chan struct{} // closed by close
 }
 
 func (pc *proxyConn) close() {
 	pc.closeOnce.Do(func() {
+		close(pc.done)
 		_ = pc.client.Close()
 		_ = pc.server.Close()
 	})

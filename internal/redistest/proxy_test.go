@@ -1,11 +1,13 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -181,4 +183,47 @@ func TestClaimFault(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A hung proxy answers nothing on open connections or new ones, and what it held back goes
+// through once it stops hanging: a SET sent meanwhile runs then.
+func TestProxyHang(t *testing.T) {
+	Each(t, func(t *testing.T, b *Backend) {
+		p := NewProxy(t, b.Addr)
+		c := ClientFor(t, p.Addr())
+		direct := b.Client(t)
+		ctx := testContext(t)
+		if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+			t.Fatalf("PING through proxy: %v", err)
+		}
+
+		p.Hang(true)
+		raw, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+		if err != nil {
+			t.Fatalf("dial a hung proxy: %v (a hung server's kernel still accepts)", err)
+		}
+		defer raw.Close()
+		if _, err := io.WriteString(raw, "*3\r\n$3\r\nSET\r\n$4\r\nhung\r\n$1\r\nv\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		_ = raw.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if n, err := raw.Read(make([]byte, 16)); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a new connection to a hung proxy got %d bytes, %v; want nothing", n, err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if err := c.Do(pctx, c.B().Ping().Build()).Error(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("PING on an open connection to a hung proxy: %v, want no answer", err)
+		}
+		if n, err := direct.Do(ctx, direct.B().Exists().Key("hung").Build()).AsInt64(); n != 0 || err != nil {
+			t.Fatalf("EXISTS hung = %d, %v while the proxy hangs: the SET went through", n, err)
+		}
+
+		p.Hang(false)
+		_ = raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if line, err := bufio.NewReader(raw).ReadString('\n'); err != nil || line != "+OK\r\n" {
+			t.Fatalf("the held SET, once the proxy stops hanging: %q, %v; want +OK", line, err)
+		}
+		eventually(t, 5*time.Second, func() error { return c.Do(ctx, c.B().Ping().Build()).Error() })
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -98,6 +99,39 @@ func start(t testing.TB, args ...string) *redisProcess {
 			continue
 		}
 		t.Fatalf("redistest: %v", err)
+	}
+}
+
+// A Server is a real redis-server a test can crash or hang, started by RedisServer.
+type Server struct {
+	Backend
+	srv *redisProcess
+}
+
+// RedisServer starts a fresh redis-server as Redis does, and returns it with the means to
+// kill or pause it. It is killed when the test finishes, paused or not.
+func RedisServer(t testing.TB) *Server {
+	t.Helper()
+	srv := start(t)
+	return &Server{Backend: Backend{Name: NameRedis, Addr: srv.addr}, srv: srv}
+}
+
+// Kill kills the server at once, as a crash would: its connections are reset, and new ones
+// are refused.
+func (s *Server) Kill() { s.srv.stop() }
+
+// Pause stops the server (SIGSTOP), as a hung host or process does: its connections stay
+// open and new ones are accepted by the kernel, but nothing is answered until Resume.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT): it then runs what it was sent meanwhile.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	select {
+	case <-s.srv.exited:
+	default:
+		_ = s.srv.cmd.Process.Signal(sig)
 	}
 }
 

@@ -322,24 +322,30 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 func TestFairLockDeadWaiterPlaceLapses(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const wait, name, dead = 300 * time.Millisecond, "fair:dead", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
-		ctx := testCtx(t, 10*time.Second)
+		// The live waiter attempts every 500 ms, so its own place never lapses, however loaded
+		// the machine.
+		const wait, name, dead = 1500 * time.Millisecond, "fair:dead", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
+		ctx := testCtx(t, 30*time.Second)
 		admin := b.Client(t)
-		holderC, _ := newClient(t, b.Addr, WithWatchdogTimeout(wait))
-		waiterC, _ := newClient(t, b.Addr, WithWatchdogTimeout(wait))
+		holderC, _ := newClient(t, b.Addr)
+		waiterC, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
 		holder, live := holderC.FairLock(name), waiterC.FairLock(name)
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(wait).UnixMilli()
-		fairRawPlace(t, admin, name, dead, deadline)
-		liveCtx := testCtx(t, 5*time.Second)
+		// The dead waiter's place outlives the live waiter's queueing behind it, however slow;
+		// its last attempt, below, sets the deadline at which it lapses.
+		fairRawPlace(t, admin, name, dead, time.Now().Add(time.Minute).UnixMilli())
+		liveCtx := testCtx(t, 20*time.Second)
 		done := fairStartLock(liveCtx, live)
 		fairAwaitQueue(t, admin, name, dead, live.Owner())
 		if err := holder.Unlock(ctx); err != nil { // tells only the dead head
 			t.Fatal(err)
 		}
-		if err := fairAwait(t, done, 6*time.Second, "live waiter"); err != nil {
+		deadline := time.Now().Add(300 * time.Millisecond).UnixMilli()
+		must(t, admin.Do(ctx, admin.B().Zadd().Key(fairTimeoutKey(name)).Xx().ScoreMember().
+			ScoreMember(float64(deadline), dead).Build()).Error())
+		if err := fairAwait(t, done, 10*time.Second, "live waiter"); err != nil {
 			t.Fatalf("the live waiter behind a dead place: %v", err)
 		}
 		if now := time.Now().UnixMilli(); now < deadline {

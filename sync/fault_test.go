@@ -467,10 +467,12 @@ func TestFaultOutcomeUnknownVisible(t *testing.T) {
 func TestFaultWatchdogBackoffLogsOnce(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
+		ctx := testCtx(t, 30*time.Second)
 		const name = "backoff-outage"
-		const wd = 300 * time.Millisecond
-		const outage = time.Second
+		// Renewals every 500 ms keep the lease with a second to spare until the outage, on a
+		// loaded machine too; the outage outlasts the lease by a second.
+		const wd = 1500 * time.Millisecond
+		const outage = wd + time.Second
 		proxy := redistest.NewProxy(t, b.Addr)
 		core, logs := observer.New(zapcore.DebugLevel)
 		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(wd), WithLogger(zap.New(core)))

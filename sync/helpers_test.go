@@ -2,10 +2,12 @@ package sync
 
 import (
 	"context"
+	gosync "sync"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
 )
 
@@ -97,4 +99,51 @@ func must(t *testing.T, err error) {
 	if err != nil && !rueidis.IsRedisNil(err) {
 		t.Fatal(err)
 	}
+}
+
+// renewals records the watchdog's renewal rounds of a Client, so that a test waits for a
+// hold's renewal instead of sleeping past its renewal time. Set it up before the Client
+// takes a hold.
+type renewals struct {
+	mu       gosync.Mutex
+	carried  map[string]int // the rounds that carried each key, counted as they start
+	inflight int
+}
+
+func watchRenewals(c *Client) *renewals {
+	r := &renewals{carried: make(map[string]int)}
+	for _, k := range []*watchdog.Kind{c.lockKind, c.readKind, c.permitKind} {
+		renew := k.Renew
+		k.Renew = func(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
+			r.mu.Lock()
+			r.inflight++
+			for _, b := range batches {
+				for _, key := range b.Keys {
+					r.carried[key]++
+				}
+			}
+			r.mu.Unlock()
+			defer func() {
+				r.mu.Lock()
+				r.inflight--
+				r.mu.Unlock()
+			}()
+			return renew(ctx, lease, batches)
+		}
+	}
+	return r
+}
+
+// of returns how many renewal rounds carrying key have started.
+func (r *renewals) of(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.carried[key]
+}
+
+// idle reports whether no renewal round is on its way.
+func (r *renewals) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inflight == 0
 }

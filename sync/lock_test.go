@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -396,36 +397,65 @@ return 1`)
 	})
 }
 
-// Redisson's issue #7272: a renewal that outlives unlock keeps a released key alive. With a
-// short watchdog timeout, renewals run all the time during 1,000 cycles; afterwards nothing of
-// the lock may remain — neither the hash nor an unlock latch.
+// Redisson's issue #7272: a renewal that outlives unlock keeps a released key alive. Over
+// 1,000 cycles, 20 holds each last until a renewal round carrying them has started, and end
+// at varying points after it, so that renewals and unlocks interleave; the same owner locks
+// again at once. Afterwards nothing of the locks may remain — neither a hash nor an unlock
+// latch.
 func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// Long enough that a renewal round delayed by a loaded machine still lands in time;
-		// short enough that renewals run during the test.
-		const timeout = 150 * time.Millisecond
+		// Renewals every 500 ms keep a hold with a second to spare on a loaded machine; the
+		// 20 handles wait for theirs side by side, not one after another.
+		const timeout = 1500 * time.Millisecond
+		const handles, cycles = 20, 50
 		ctx := testCtx(t, 60*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
-		mu := c.Lock("cycles")
-		for i := 0; i < 1000; i++ {
-			if err := mu.Lock(ctx); err != nil {
-				t.Fatal(err)
+		rounds := watchRenewals(c)
+		names := make([]string, handles)
+		errs := make(chan error, handles)
+		var wg gosync.WaitGroup
+		for h := range handles {
+			names[h] = "cycles:" + strconv.Itoa(h)
+			mu := c.Lock(names[h])
+			wg.Go(func() {
+				for i := range cycles {
+					if err := mu.Lock(ctx); err != nil {
+						errs <- err
+						return
+					}
+					if i == 0 {
+						// Hold until a renewal round carrying the hold has started, then unlock
+						// h ms after it: while it is on its way, or just after it returned.
+						before := rounds.of(names[h])
+						for rounds.of(names[h]) == before && ctx.Err() == nil {
+							time.Sleep(time.Millisecond)
+						}
+						time.Sleep(time.Duration(h) * time.Millisecond)
+					}
+					if err := mu.Unlock(ctx); err != nil {
+						errs <- fmt.Errorf("%s, cycle %d: %w", names[h], i, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if rounds.of(name) == 0 {
+				t.Fatalf("%s: no renewal round carried its hold", name)
 			}
-			if i%50 == 0 {
-				// Hold past the renewal time (timeout/3) now and then, with the unlock falling at
-				// varying points after it, so that renewals and unlocks interleave.
-				time.Sleep(timeout/3 + time.Duration(i/50)*time.Millisecond)
-			}
-			if err := mu.Unlock(ctx); err != nil {
-				t.Fatalf("cycle %d: %v", i, err)
+			if exists(t, rdb, name) {
+				t.Fatalf("%s: lock key alive right after the last unlock", name)
 			}
 		}
-		if exists(t, rdb, "cycles") {
-			t.Fatal("lock key alive right after the last unlock")
-		}
-		// Longer than a renewal interval: an orphan renewal would have shown by now.
-		time.Sleep(3 * timeout)
+		// No hold is left to renew: once the last round has returned, an orphan renewal would
+		// have landed.
+		eventually(t, 10*time.Second, "no renewal round on its way", rounds.idle)
 		c.Close() // flushes the latch janitor
 		if n := dbsize(t, rdb); n != 0 {
 			keys, _ := rdb.Do(ctx, rdb.B().Keys().Pattern("*").Build()).AsStrSlice()

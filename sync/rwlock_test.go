@@ -620,9 +620,10 @@ func TestRWLockWriterPreference(t *testing.T) {
 func TestRWLockWatchdogAndLost(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const timeout = 300 * time.Millisecond
+		// Renewals every 500 ms keep a 1.5 s TTL with a second to spare on a loaded machine.
+		const timeout = 1500 * time.Millisecond
 		const rname, wname, lname = "rw:lost:read", "rw:lost:write", "rw:lost:lease"
-		ctx := testCtx(t, 10*time.Second)
+		ctx := testCtx(t, 30*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 		r, w, leased := c.RWLock(rname), c.RWLock(wname), c.RWLock(lname)
 		must(t, r.RLock(ctx))
@@ -633,12 +634,12 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 			t.Fatalf("leased read hold's timeout key: PTTL %d, want the 200 ms lease", ttl)
 		}
 
-		// Several renewal periods (every 100 ms): the kept holds' keys never run out; the
-		// leased one does.
+		// Past the first TTL, over several renewal periods (every 500 ms): the kept holds'
+		// keys never run out; the leased one does.
 		kept := []string{rname, rwTimeoutKey(rname, r.Owner(), 1), rwTimeoutKey(rname, r.Owner(), 2), wname}
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
-		for start := time.Now(); time.Since(start) < 1100*time.Millisecond; <-tick.C {
+		for start := time.Now(); time.Since(start) < timeout+timeout/3; <-tick.C {
 			for _, k := range kept {
 				if ttl := pttl(t, rdb, k); ttl <= 0 {
 					t.Fatalf("%s: PTTL %d after %v held, want > 0 (renewed)", k, ttl, time.Since(start))
@@ -646,7 +647,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 			}
 		}
 		if exists(t, rdb, lname) || exists(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)) {
-			t.Fatal("a read hold with a 200 ms lease still there after 1 s")
+			t.Fatal("a read hold with a 200 ms lease still there after 2 s")
 		}
 		rlost, wlost := r.RLost(), w.Lost()
 		if isClosed(rlost) || isClosed(wlost) || isClosed(w.RLost()) {
@@ -665,7 +666,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 		}
 		wantLost(t, "RUnlock after the lock was deleted", r.RUnlock(ctx), rlost)
 		wantLost(t, "Unlock after the lock was deleted", w.Unlock(ctx), wlost)
-		eventually(t, 2*time.Second, "the lost read holds' timeout keys expire", func() bool {
+		eventually(t, timeout+5*time.Second, "the lost read holds' timeout keys expire", func() bool {
 			return len(rwKeys(t, rdb)) == 0
 		})
 

@@ -167,12 +167,13 @@ func TestNonOwnerUnlock(t *testing.T) {
 func TestLeaseExpiryFreesCrashedHolder(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
-		crashed, _ := newClient(t, b.Addr)
-		if err := crashed.Lock("crash").Lock(ctx, Lease(300*time.Millisecond)); err != nil {
-			t.Fatal(err)
-		}
-		crashed.Close() // nothing renews or releases it any more
+		ctx := testCtx(t, 30*time.Second)
+		// What a crashed holder leaves: its field, with the 300 ms lease it took. Written
+		// directly, so that no acquisition races the short lease on a loaded machine.
+		admin := b.Client(t)
+		must(t, admin.Do(ctx, admin.B().Hset().Key("crash").FieldValue().
+			FieldValue("9c345276-aa6e-44c1-b478-bf4b14ba1498:1", "1").Build()).Error())
+		must(t, admin.Do(ctx, admin.B().Pexpire().Key("crash").Milliseconds(300).Build()).Error())
 		c, _ := newClient(t, b.Addr)
 		start := time.Now()
 		mu := c.Lock("crash")
@@ -191,8 +192,10 @@ func TestLeaseExpiryFreesCrashedHolder(t *testing.T) {
 func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const timeout = 300 * time.Millisecond
-		ctx := testCtx(t, 20*time.Second)
+		t.Parallel()
+		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine.
+		const timeout = 1500 * time.Millisecond
+		ctx := testCtx(t, 60*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 
 		t.Run("kept beyond 3x the timeout", func(t *testing.T) {
@@ -228,7 +231,7 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 			}
 			select {
 			case <-mu.Lost():
-			case <-time.After(2 * timeout):
+			case <-time.After(timeout + 5*time.Second):
 				t.Fatal("Lost not closed within one lease after the key was deleted")
 			}
 			err := mu.Unlock(ctx)
@@ -248,10 +251,10 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 			proxy.Blackhole(true)
 			select {
 			case <-mu.Lost():
-				if since := time.Since(cut); since > timeout+500*time.Millisecond {
+				if since := time.Since(cut); since > timeout+2*time.Second {
 					t.Fatalf("Lost closed %v after the cut; the lease was %v", since, timeout)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(timeout + 10*time.Second):
 				t.Fatal("Lost not closed while Redis was unreachable past the lease")
 			}
 		})
@@ -567,8 +570,10 @@ func warmScripts(t *testing.T, ctx context.Context, c *Client) {
 func TestForceUnlock(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
-		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
+		ctx := testCtx(t, 30*time.Second)
+		// A renewal every 500 ms finds the lock gone soon; the 1.5 s lease outlives a slow
+		// acquisition on a loaded machine.
+		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(1500*time.Millisecond))
 		holder, other := c.Lock("forced"), c.Lock("forced")
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
@@ -581,7 +586,7 @@ func TestForceUnlock(t *testing.T) {
 		}
 		select {
 		case <-holder.Lost():
-		case <-time.After(2 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatal("the holder's Lost not closed after ForceUnlock")
 		}
 		if ok, err := other.ForceUnlock(ctx); ok || err != nil {
@@ -633,10 +638,13 @@ func TestInspection(t *testing.T) {
 func TestTryLockWaitAndLeaseLoss(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
+		t.Parallel()
+		ctx := testCtx(t, 30*time.Second)
 		c, _ := newClient(t, b.Addr)
 		holder, waiter := c.Lock("try"), c.Lock("try")
-		if err := holder.Lock(ctx, Lease(400*time.Millisecond)); err != nil {
+		// Long enough to outlast the acquisition and the 100 ms TryLock below on a loaded
+		// machine; then it runs out.
+		if err := holder.Lock(ctx, Lease(1500*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -648,10 +656,10 @@ func TestTryLockWaitAndLeaseLoss(t *testing.T) {
 		}
 		select {
 		case <-holder.Lost():
-		case <-time.After(2 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatal("Lost not closed when the explicit lease ran out")
 		}
-		if ok, err := waiter.TryLock(ctx, WaitTime(2*time.Second)); !ok || err != nil {
+		if ok, err := waiter.TryLock(ctx, WaitTime(10*time.Second)); !ok || err != nil {
 			t.Fatalf("TryLock after the lease ran out: %v, %v", ok, err)
 		}
 		if err := holder.Unlock(ctx); !errors.Is(err, ErrLockLost) {

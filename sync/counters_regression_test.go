@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // The most permits one call may take are taken and released: the scripts copy their IDs
@@ -18,8 +19,21 @@ import (
 func TestPermitAcquireMostPermits(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 20*time.Second)
-		c, _ := newClient(t, b.Addr)
+		ctx := testCtx(t, 2*time.Minute)
+		// Miniredis runs the 4096-permit scripts in seconds, more on a loaded machine: past
+		// rueidis's default 10 s read timeout there.
+		opt := b.ClientOption()
+		opt.ConnWriteTimeout = time.Minute
+		rdb, err := rueidis.NewClient(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rdb.Close)
+		c, err := New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
 		s := c.PermitSemaphore("review-many")
 		const n = maxPermitsPerCall // beyond what Lua's unpack takes on a small stack
 		must(t, s.SetPermits(ctx, n))
@@ -86,7 +100,7 @@ func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
 			}
 			must(t, s.Release(ctx, 1))
 		}
-		eventually(t, 5*time.Second, "the unknown acquire's 3 permits given back", func() bool {
+		eventually(t, waitFor, "the unknown acquire's 3 permits given back", func() bool {
 			return available(t, ctx, s) == 5
 		})
 	})
@@ -126,7 +140,7 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 			t.Fatal("the unknown release's owner is back in the pool before Redis answered")
 		}
 		proxy.Blackhole(false)
-		eventually(t, 5*time.Second, "the release settled in the background", settled)
+		eventually(t, waitFor, "the release settled in the background", settled)
 		if n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64(); n != 5 || err != nil {
 			t.Fatalf("%d permits (%v) after the release and its repeat, want 5", n, err)
 		}
@@ -255,7 +269,9 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 
 		a := make(chan error, 1)
 		go func() {
-			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(200*time.Millisecond)) // then never released
+			// Then never released. Long enough for the acquire to return within it on a loaded
+			// machine (200 ms was not), far shorter than B's 30 s timer.
+			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(1500*time.Millisecond))
 			a <- err
 		}()
 		listeningOn(t, c, s.channel, 1)
@@ -267,14 +283,14 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 			}
 		}()
 		waitersOn(t, c, s.channel, 2)
-		must(t, held.Release(ctx)) // A is served; its permit's lease ends 200 ms later
+		must(t, held.Release(ctx)) // A is served; its permit's lease ends 1.5 s later
 		must(t, <-a)
-		expired := time.Now().Add(200 * time.Millisecond)
+		expired := time.Now().Add(1500 * time.Millisecond)
 		select {
 		case at := <-bDone:
 			t.Logf("B served %v after A's permit expired", at.Sub(expired))
-		case <-time.After(3 * time.Second):
-			t.Fatalf("B not served 3 s after A's 200 ms permit expired (waits for its 30 s timer)")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("B not served 8.5 s after A's 1.5 s permit expired (waits for its 30 s timer)")
 		}
 	})
 }

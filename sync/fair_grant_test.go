@@ -554,7 +554,7 @@ func TestFairGrantLoopingWaiterSubscribesOnce(t *testing.T) {
 		if i == 0 {
 			want = 2 // queued, then confirmed
 		}
-		eventually(t, 5*time.Second, "the waiter's attempts", func() bool { return wn.Load()-before >= want })
+		eventually(t, waitFor, "the waiter's attempts", func() bool { return wn.Load()-before >= want })
 		if err := h.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -577,7 +577,7 @@ func TestFairGrantLoopingWaiterSubscribesOnce(t *testing.T) {
 	if !wc.mux.Subscribed(channel) {
 		t.Fatal("the waiter's channel is not subscribed right after its last wait: it must linger")
 	}
-	eventually(t, 5*time.Second, "the channel left after the linger", func() bool {
+	eventually(t, waitFor, "the channel left after the linger", func() bool {
 		return commandCalls(t, admin, "unsubscribe") == 1 && numsub(t, b, hc, channel) == 0
 	})
 }
@@ -630,7 +630,7 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 		if err := holder.Unlock(ctx); err != nil { // grants w; its "2" is held back
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "the grant message held back", gate.holding)
+		eventually(t, waitFor, "the grant message held back", gate.holding)
 		if v, ok := hgetField(t, admin, name, w.Owner()); !ok || v != "1" {
 			t.Fatalf("HGET %s %s = %q (%v) after the release, want the grant", name, w.Owner(), v, ok)
 		}
@@ -760,7 +760,7 @@ func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 		ctx2, cancel2 := context.WithCancel(ctx)
 		defer cancel2()
 		g2 := fairStartLock(ctx2, w)
-		eventually(t, 5*time.Second, "the second goroutine waiting", func() bool {
+		eventually(t, waitFor, "the second goroutine waiting", func() bool {
 			return wc.mux.Waiters(fairOwnChannel(w)) == 2 && wn.Load() >= 3
 		})
 		xDone := fairStartLock(ctx, x)
@@ -771,7 +771,7 @@ func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 		if err := holder.Unlock(ctx); err != nil { // grants w
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "the grant message held back", gate.holding)
+		eventually(t, waitFor, "the grant message held back", gate.holding)
 		// One goroutine's wait ends: its leave finds the handle's grant and takes it. The other
 		// goroutine shares the handle, so it shares the hold: when the grant message arrives
 		// it takes no second grant, and its attempt re-enters. x waits throughout.

@@ -73,7 +73,7 @@ func fairRawPlace(t *testing.T, rdb rueidis.Client, name, owner string, deadline
 // fairAwaitQueue waits until the queue is exactly want (owners, head first).
 func fairAwaitQueue(t *testing.T, rdb rueidis.Client, name string, want ...string) {
 	t.Helper()
-	eventually(t, 5*time.Second, fmt.Sprintf("queue of %s = %v", name, want), func() bool {
+	eventually(t, waitFor, fmt.Sprintf("queue of %s = %v", name, want), func() bool {
 		return slices.Equal(fairQueue(t, rdb, name), want)
 	})
 }
@@ -83,7 +83,7 @@ func fairAwaitQueue(t *testing.T, rdb rueidis.Client, name string, want ...strin
 func fairWaiterSubscribed(t *testing.T, b *redistest.Backend, c *Client, mu *FairLock) {
 	t.Helper()
 	channel := lockChannel(mu.Name()) + ":" + mu.Owner()
-	eventually(t, 5*time.Second, "the waiter subscribed to "+channel, func() bool {
+	eventually(t, waitFor, "the waiter subscribed to "+channel, func() bool {
 		return numsub(t, b, c, channel) == 1
 	})
 }
@@ -101,7 +101,7 @@ func fairCountAttempts(c *Client) *atomic.Int64 {
 // message wakes it, so Redis state changed after this is what it finds at its next attempt.
 func fairAwaitSettled(t *testing.T, attempts *atomic.Int64) {
 	t.Helper()
-	eventually(t, 5*time.Second, "the waiter subscribed and attempted again", func() bool {
+	eventually(t, waitFor, "the waiter subscribed and attempted again", func() bool {
 		return attempts.Load() >= 2
 	})
 }
@@ -297,7 +297,7 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 				}()
 			}
 		}
-		eventually(t, 5*time.Second, "32 waiters queued", func() bool {
+		eventually(t, waitFor, "32 waiters queued", func() bool {
 			q, _ := fairPlaces(t, admin, name)
 			return q == clients*perClient
 		})
@@ -465,7 +465,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 			t.Cleanup(w.cancel)
 			before := len(fairQueue(t, admin, name))
 			w.done = fairStartLock(w.ctx, w.l)
-			eventually(t, 5*time.Second, "the waiter queued and made its second attempt", func() bool {
+			eventually(t, waitFor, "the waiter queued and made its second attempt", func() bool {
 				return len(fairQueue(t, admin, name)) == before+1 && w.attempts.Load() >= 2
 			})
 			return w
@@ -784,7 +784,7 @@ func TestFairLockRedissonWireCompatibility(t *testing.T) {
 		waitCtx := testCtx(t, 5*time.Second)
 		done := fairStartLock(waitCtx, mu)
 		fairAwaitQueue(t, admin, name, mu.Owner())
-		eventually(t, 5*time.Second, "our waiter subscribed to "+ownChannel, func() bool {
+		eventually(t, waitFor, "our waiter subscribed to "+ownChannel, func() bool {
 			return numsub(t, b, c, ownChannel) == 1
 		})
 		fairAwaitSettled(t, attempts) // so that it can only be the message that wakes it

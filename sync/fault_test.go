@@ -185,7 +185,7 @@ func TestFaultWaitEndsWhenRedisClientClosed(t *testing.T) {
 			w := c.Lock(name)
 			go func() { errc <- w.Lock(ctx) }()
 			// The first waiter attempts and subscribes; the second finds it there and joins.
-			eventually(t, 5*time.Second, "waiter subscribed and queued", func() bool {
+			eventually(t, waitFor, "waiter subscribed and queued", func() bool {
 				return queuedWaiters(c, name) == i+1 && numsub(t, b, holderC, waitChannel(c, name)) == 1
 			})
 		}
@@ -282,7 +282,7 @@ func TestFaultBusyScriptIsRetried(t *testing.T) {
 		evalDone <- busy.Do(context.Background(), busy.B().Eval().Script("while true do end").Numkeys(0).Build()).Error()
 	}()
 	pinger := b.Client(t)
-	eventually(t, 5*time.Second, "Redis busy with the endless script", func() bool {
+	eventually(t, waitFor, "Redis busy with the endless script", func() bool {
 		err := pinger.Do(ctx, pinger.B().Ping().Build()).Error()
 		rerr, ok := rueidis.IsRedisErr(err)
 		return ok && strings.HasPrefix(rerr.Error(), "BUSY")
@@ -299,7 +299,7 @@ func TestFaultBusyScriptIsRetried(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, 5*time.Second, "Unlock refused with BUSY and repeated, several times", func() bool { return busyRetries() >= 3 })
+	eventually(t, waitFor, "Unlock refused with BUSY and repeated, several times", func() bool { return busyRetries() >= 3 })
 	select {
 	case err := <-unlocked:
 		t.Fatalf("Unlock returned %v while Redis was still busy", err)

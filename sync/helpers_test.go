@@ -31,6 +31,10 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// waitFor bounds a wait for something that must happen, not how soon it must: generous, so
+// that a loaded machine does not fail a test that waits for an event.
+const waitFor = 20 * time.Second
+
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -41,7 +41,7 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 				})})
 			bDone <- err
 		}()
-		eventually(t, 5*time.Second, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
+		eventually(t, waitFor, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
 		go func() {
 			ok, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: -1, join: true,
 				attempt: attemptFunc(func(context.Context) (int64, bool, error) {
@@ -56,7 +56,7 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 			}
 			cDone <- err
 		}()
-		eventually(t, 5*time.Second, "C queued behind B", func() bool { return c.mux.Waiters(channel) == 2 })
+		eventually(t, waitFor, "C queued behind B", func() bool { return c.mux.Waiters(channel) == 2 })
 		if n := cCalls.Load(); n != 0 {
 			t.Fatalf("C attempted %d times before any release: it should queue behind B", n)
 		}
@@ -285,7 +285,7 @@ func TestLatchesDoNotLinger(t *testing.T) {
 			cycle(c.Lock("latches:" + strconv.Itoa(i)))
 		}
 		runtime.KeepAlive(mu)
-		eventually(t, 5*time.Second, "the latches of collected handles deleted", func() bool {
+		eventually(t, waitFor, "the latches of collected handles deleted", func() bool {
 			runtime.GC()
 			return latches() == 0
 		})

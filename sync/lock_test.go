@@ -282,7 +282,7 @@ func TestWaiterWokenByUnlockMessage(t *testing.T) {
 			got <- time.Now()
 		}()
 		// The waiter must be subscribed before the unlock for the test to mean anything.
-		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+		eventually(t, waitFor, "waiter subscribed", func() bool {
 			return numsub(t, b, holderC, waitChannel(waiterC, "wake")) == 1
 		})
 		unlocked := time.Now()
@@ -333,7 +333,7 @@ func TestRedissonWireCompatibility(t *testing.T) {
 		// Our waiter wakes when the Java side releases as Redisson's unlock script does (§2.4).
 		got := make(chan error, 1)
 		go func() { got <- mu.Lock(ctx) }()
-		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+		eventually(t, waitFor, "waiter subscribed", func() bool {
 			return numsub(t, b, c, "redisson_lock__channel:{orders}") == 1
 		})
 		javaUnlock := rueidis.NewLuaScript(`
@@ -504,7 +504,7 @@ func TestUnlockReplyLost(t *testing.T) {
 			t.Fatal("lock alive after the final unlock")
 		}
 		c.Close()
-		eventually(t, 5*time.Second, "unlock latches deleted", func() bool {
+		eventually(t, waitFor, "unlock latches deleted", func() bool {
 			keys, _ := admin.Do(ctx, admin.B().Keys().Pattern(unlockLatchPrefix+"*").Build()).AsStrSlice()
 			return len(keys) == 0
 		})
@@ -748,7 +748,7 @@ func TestClosedClient(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
-	eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+	eventually(t, waitFor, "waiter subscribed", func() bool {
 		return numsub(t, b, c, waitChannel(c, "closing")) == 1
 	})
 	if err := c.Close(); err != nil {

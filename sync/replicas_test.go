@@ -170,7 +170,7 @@ func TestSyncReplicasReplicaStopped(t *testing.T) {
 	next := c2.FairLock("fair-held")
 	granted := make(chan error, 1)
 	go func() { granted <- next.Lock(ctx) }()
-	eventually(t, 5*time.Second, "the second fair handle queues", func() bool {
+	eventually(t, waitFor, "the second fair handle queues", func() bool {
 		n, err := rdb.Do(ctx, rdb.B().Llen().Key("redisson_lock_queue:{fair-held}").Build()).AsInt64()
 		return err == nil && n == 1
 	})
@@ -277,7 +277,7 @@ func TestSyncReplicasFairGrantUnconfirmed(t *testing.T) {
 		n, err := rdb.Do(ctx, rdb.B().Llen().Key("redisson_lock_queue:{grant}").Build()).AsInt64()
 		return err == nil && n == 1 && c2.mux.Subscribed(next.wakeCh) && c2.mux.Pending(next.wakeCh) == 0 && len(next.o.op) == 0
 	}
-	eventually(t, 5*time.Second, "the second handle parks", func() bool {
+	eventually(t, waitFor, "the second handle parks", func() bool {
 		if !parked() {
 			return false
 		}
@@ -327,7 +327,7 @@ func TestSyncReplicasFailoverNeverOutlivesTheReplica(t *testing.T) {
 	must(t, rep.Do(ctx, rep.B().Replicaof().No().One().Build()).Error()) // the failover
 	c2, _ := newClient(t, replica.Addr)
 	other := c2.Lock("failover")
-	eventually(t, 5*time.Second, "another client takes the lock on the promoted replica", func() bool {
+	eventually(t, waitFor, "another client takes the lock on the promoted replica", func() bool {
 		ok, err := other.TryLock(ctx)
 		return err == nil && ok
 	})

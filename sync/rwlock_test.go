@@ -88,7 +88,7 @@ func rwParked(t *testing.T, c *Client, name string, n int) {
 	quiet := func() bool {
 		return c.mux.Subscribed(ch) && c.mux.Pending(ch) == 0 && c.mux.Waiters(ch) == n
 	}
-	eventually(t, 5*time.Second, fmt.Sprintf("%d waiters parked on %s", n, ch), func() bool {
+	eventually(t, waitFor, fmt.Sprintf("%d waiters parked on %s", n, ch), func() bool {
 		if !quiet() {
 			return false
 		}
@@ -101,7 +101,7 @@ func rwParked(t *testing.T, c *Client, name string, n int) {
 func rwClaimed(t *testing.T, rdb rueidis.Client, name string, want ...string) {
 	t.Helper()
 	slices.Sort(want)
-	eventually(t, 5*time.Second, fmt.Sprintf("writers' claims on %s = %v", name, want), func() bool {
+	eventually(t, waitFor, fmt.Sprintf("writers' claims on %s = %v", name, want), func() bool {
 		got := rwWriters(t, rdb, name)
 		slices.Sort(got)
 		return slices.Equal(got, want)

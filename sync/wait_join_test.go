@@ -14,7 +14,7 @@ import (
 // that joins is not woken by the confirmation.
 func subscribed(t *testing.T, c *Client, channel string) {
 	t.Helper()
-	eventually(t, 5*time.Second, "channel subscribed", func() bool { return c.mux.Subscribed(channel) })
+	eventually(t, waitFor, "channel subscribed", func() bool { return c.mux.Subscribed(channel) })
 }
 
 // heldWithWaiter takes name with one handle and parks a second handle of the same Client on
@@ -29,7 +29,7 @@ func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (
 	t.Cleanup(cancel)
 	result := make(chan error, 1)
 	go func() { result <- c.Lock(name).Lock(otherCtx) }()
-	eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.wakeCh) == 1 })
+	eventually(t, waitFor, "other handle waiting", func() bool { return c.mux.Waiters(holder.wakeCh) == 1 })
 	subscribed(t, c, holder.wakeCh)
 	return holder, result
 }
@@ -92,7 +92,7 @@ func TestJoinedWaiterRechecksAtHolderTTL(t *testing.T) {
 			}
 			aDone <- err
 		}()
-		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
+		eventually(t, waitFor, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
 		subscribed(t, c, waitChannel(c, name))
 		bctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 		defer cancel()
@@ -120,7 +120,7 @@ func TestJoinedWaiterBehindExpiringHolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		go c.Lock(name).Lock(ctx, Lease(300*time.Millisecond)) // A: takes it at ~300 ms, lets it expire at ~600 ms
-		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
+		eventually(t, waitFor, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
 		subscribed(t, c, waitChannel(c, name))
 		bctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 		defer cancel()
@@ -158,7 +158,7 @@ func TestJoinedTryLockAttemptsBeforeGivingUp(t *testing.T) {
 			attempt: attemptFunc(func(context.Context) (int64, bool, error) {
 				return 30000, false, nil // A waits behind a holder with 30 s left
 			})})
-		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(channel) == 1 })
+		eventually(t, waitFor, "A waiting", func() bool { return c.mux.Waiters(channel) == 1 })
 		subscribed(t, c, channel)
 		var calls int
 		ok, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: time.Nanosecond, join: true,

@@ -131,7 +131,7 @@ func TestFairLockExclusion(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, goroutines, cycles, name = 4, 8, 5, "fair:exclusion"
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		var inside, maxInside, count atomic.Int64
 		var wg gosync.WaitGroup
@@ -195,7 +195,7 @@ func TestFairLockFIFOAcrossClients(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, goroutines, cycles, name = 4, 8, 5, "fair:fifo"
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		var (
 			mu       gosync.Mutex
@@ -266,7 +266,7 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, perClient, name = 4, 8, "fair:order"
-		ctx := testCtx(t, 20*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		c0, _ := newClient(t, b.Addr)
 		holder := c0.FairLock(name)

@@ -145,7 +145,7 @@ func TestRWLockInvariantsUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, goroutines, cycles, name, data = 4, 8, 6, "rw:invariants", "rw:invariants:data"
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		must(t, admin.Do(ctx, admin.B().Set().Key(data).Value("0").Build()).Error())
 		var readers, writers, maxReaders, writes atomic.Int64

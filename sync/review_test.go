@@ -407,15 +407,17 @@ func TestReviewS5LostLeaseStaysLostWhenFieldIsBack(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		for _, call := range []string{"Lock", "TryLock", "Unlock"} {
 			t.Run(call, func(t *testing.T) {
-				ctx := testCtx(t, 10*time.Second)
+				ctx := testCtx(t, 30*time.Second)
 				name := "review-s5-" + call
-				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
+				// A renewal every 500 ms finds the lock gone soon; the 1.5 s lease outlives a
+				// slow acquisition on a loaded machine (300 ms did not always).
+				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(1500*time.Millisecond))
 				admin := b.Client(t)
 				l := c.Lock(name)
 				must(t, l.Lock(ctx))
 				lost := l.Lost()
 				must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
-				eventually(t, 3*time.Second, "Lost closed by the renewal that finds the lock gone", func() bool {
+				eventually(t, waitFor, "Lost closed by the renewal that finds the lock gone", func() bool {
 					return isClosed(lost)
 				})
 				// A late acquire of the same owner puts its field back.

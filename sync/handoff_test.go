@@ -143,12 +143,17 @@ func startLossyRelay(t *testing.T, ctx, heirCtx context.Context, b *redistest.Ba
 	t.Helper()
 	r := lossyRelay{proxy: redistest.NewProxy(t, b.Addr), admin: b.Client(t)}
 	r.c, _ = newClient(t, r.proxy.Addr(), opts...)
+	attempts := countAttempts(r.c)
 	warmScripts(t, ctx, r.c)
 	r.holder, r.heir = r.c.Lock(name), r.c.Lock(name)
 	if err := r.holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	before := attempts.Load()
 	r.heirDone = startLock(heirCtx, r.heir)
+	// The heir's first attempt, and the one its subscription's confirmation wakes: it makes
+	// no other, and settled's double look cannot mistake the second one's flight for parked.
+	eventually(t, waitFor, "the heir's two attempts", func() bool { return attempts.Load()-before >= 2 })
 	settled(t, r.c, name, 1)
 	r.proxy.DropReplyAfter(handoffMarker(r.heir))
 	return r

@@ -629,9 +629,11 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 		must(t, r.RLock(ctx))
 		must(t, r.RLock(ctx))
 		must(t, w.Lock(ctx))
-		must(t, leased.RLock(ctx, Lease(200*time.Millisecond)))
-		if ttl := pttl(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)); ttl <= 0 || ttl > 200 {
-			t.Fatalf("leased read hold's timeout key: PTTL %d, want the 200 ms lease", ttl)
+		// Long enough to outlast its acquisition on a loaded machine (200 ms did not), short
+		// enough to run out during the renewals below.
+		must(t, leased.RLock(ctx, Lease(time.Second)))
+		if ttl := pttl(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)); ttl <= 0 || ttl > 1000 {
+			t.Fatalf("leased read hold's timeout key: PTTL %d, want the 1 s lease", ttl)
 		}
 
 		// Past the first TTL, over several renewal periods (every 500 ms): the kept holds'
@@ -647,7 +649,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 			}
 		}
 		if exists(t, rdb, lname) || exists(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)) {
-			t.Fatal("a read hold with a 200 ms lease still there after 2 s")
+			t.Fatal("a read hold with a 1 s lease still there after 2 s")
 		}
 		rlost, wlost := r.RLost(), w.Lost()
 		if isClosed(rlost) || isClosed(wlost) || isClosed(w.RLost()) {

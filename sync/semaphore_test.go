@@ -101,7 +101,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 func TestSemaphoreNeverOverLimit(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		const name, limit, clients, workers, rounds = "sem-limit", 5, 4, 16, 8
 		var cs []*Client
 		for range clients {

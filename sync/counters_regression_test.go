@@ -169,30 +169,33 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 20*time.Second)
+		t.Parallel()
+		ctx := testCtx(t, 30*time.Second)
 		const name = "review-spin"
 		c, rdb := newClient(t, b.Addr)
 		s := c.PermitSemaphore(name)
 		must(t, s.SetPermits(ctx, 2))
-		if _, err := s.Acquire(ctx, 1, Lease(150*time.Millisecond)); err != nil {
+		// Long enough to outlast its acquisition on a loaded machine (150 ms did not).
+		if _, err := s.Acquire(ctx, 1, Lease(time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		// A Redisson process takes the other permit without a lease (§5.2: score 922337203685477).
 		must(t, rdb.Do(ctx, rdb.B().Decrby().Key(name).Decrement(1).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(s.timeouts).ScoreMember().ScoreMember(922337203685477, string(make([]byte, 16))).Build()).Error())
 
-		// The first waiter wants 2: its first attempt hints at the 150 ms lease; its attempt
+		// The first waiter wants 2: its first attempt hints at the 1 s lease; its attempt
 		// then reclaims that permit and finds only the one that never expires (no new hint).
+		// It waits on past the second waiter's second, even on a loaded machine.
 		first := make(chan error, 1)
 		go func() {
-			_, _, err := c.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(3*time.Second))
+			_, _, err := c.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(5*time.Second))
 			first <- err
 		}()
 		waitersOn(t, c, s.channel, 1)
-		time.Sleep(400 * time.Millisecond)
-		if n, _ := s.AvailablePermits(ctx); n != 1 {
-			t.Fatalf("%d available, want 1 (the leased permit reclaimed)", n)
-		}
+		eventually(t, waitFor, "the leased permit reclaimed", func() bool {
+			n, err := s.AvailablePermits(ctx)
+			return err == nil && n == 1
+		})
 
 		// A second waiter joins: the same wait as PermitSemaphore's, counting its turns.
 		var turns atomic.Int64

@@ -480,8 +480,10 @@ func TestFairGrantDeadlineFormula(t *testing.T) {
 func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const name, wait = "fair:deadline-ghost", 300 * time.Millisecond
-		ctx := testCtx(t, 20*time.Second)
+		// Places outlive the steps between them on a loaded machine (a 300 ms one lapsed, and
+		// took the dead waiter's lease entry with it).
+		const name, wait = "fair:deadline-ghost", 2 * time.Second
+		ctx := testCtx(t, 60*time.Second)
 		admin := b.Client(t)
 		hc, _ := newClient(t, b.Addr)
 		holder := hc.FairLock(name)
@@ -493,7 +495,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 		p := redistest.NewProxy(t, b.Addr)
 		gc, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
 		ghost := gc.FairLock(name)
-		fairStartLock(testCtx(t, 20*time.Second), ghost)
+		fairStartLock(testCtx(t, 60*time.Second), ghost)
 		fairAwaitQueue(t, admin, name, ghost.Owner())
 		p.Blackhole(true)
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Lpop().Key(fairQueueKey(name)).Build() })
@@ -528,7 +530,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
 			return b.Publish().Channel(lockChannel(name) + ":" + w.Owner()).Message("0").Build()
 		})
-		if err := fairAwait(t, done, 10*time.Second, "the waiter whose deadline was short"); err != nil {
+		if err := fairAwait(t, done, waitFor, "the waiter whose deadline was short"); err != nil {
 			t.Fatalf("Lock: %v", err)
 		}
 		must(t, w.Unlock(ctx))

@@ -185,10 +185,13 @@ func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
 
 		// The first waiter wants 2: its first attempt hints at the 1 s lease; its attempt
 		// then reclaims that permit and finds only the one that never expires (no new hint).
-		// It waits on past the second waiter's second, even on a loaded machine.
+		// It waits on past the second waiter's second, however loaded the machine, until the
+		// test ends its wait.
 		first := make(chan error, 1)
+		firstCtx, endFirst := context.WithCancel(ctx)
+		defer endFirst()
 		go func() {
-			_, _, err := c.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(5*time.Second))
+			_, _, err := c.PermitSemaphore(name).TryAcquire(firstCtx, 2, WaitTime(waitFor))
 			first <- err
 		}()
 		waitersOn(t, c, s.channel, 1)
@@ -206,6 +209,7 @@ func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
 		if n := turns.Load(); n > 10 {
 			t.Fatalf("a joined waiter that is not first turned its loop %d times in 1 s", n)
 		}
+		endFirst()
 		<-first
 	})
 }

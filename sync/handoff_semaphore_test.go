@@ -129,7 +129,7 @@ func TestSemaphoreHandoffRunsForgotten(t *testing.T) {
 			must(t, s.Release(ctx, 1))
 			must(t, <-got)
 		}
-		eventually(t, 2*time.Second, "heirs removed", func() bool {
+		eventually(t, waitFor, "heirs removed", func() bool {
 			c.heirs.mu.Lock()
 			defer c.heirs.mu.Unlock()
 			return len(c.heirs.queue) == 0

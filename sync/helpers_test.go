@@ -23,10 +23,13 @@ func newClient(t *testing.T, addr string, opts ...Option) (*Client, rueidis.Clie
 	return c, rdb
 }
 
-// testCtx is a context bounded by a deadline, so no test hangs forever.
+// testCtx is a context bounded by a deadline, so no test hangs forever: three times d, so
+// that a test whose steps fit in d on a quiet machine is not cut short on one three times as
+// loaded (a 10 s context ended a test that took 11 s under two CPU hogs). It bounds waits
+// that must end, never what a test asserts about time.
 func testCtx(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*d)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// waitFor bounds every wait for something that must happen.
-const waitFor = 5 * time.Second
+// waitFor bounds every wait for something that must happen: generous, for a loaded machine.
+const waitFor = 20 * time.Second
 
 // quiet is the window used to show that something does NOT happen. Ordering tricks (the
 // sentinel channel) are preferred; this is only used where no event marks "done".
@@ -728,7 +728,7 @@ func TestCloseWhileServerUnresponsive(t *testing.T) {
 	}()
 	select {
 	case <-closed:
-	case <-time.After(2500 * time.Millisecond):
+	case <-time.After(10 * time.Second): // promptly on a loaded machine; blocked, it never returns
 		fz.freeze(false)
 		<-closed
 		t.Fatalf("Close blocked %v on a SUBSCRIBE the server did not answer", time.Since(start))
@@ -919,8 +919,11 @@ func TestListenOnSubscribedChannelReadyNotSignalled(t *testing.T) {
 // after the last one leaves: a waiter coming back within it is ready at once, and a message
 // reaches it with no new SUBSCRIBE; after the linger the channel is left and forgotten.
 func TestLingerKeepsChannelSubscribed(t *testing.T) {
-	const linger = 200 * time.Millisecond
+	// Long enough for the steps between a waiter leaving and coming back on a loaded
+	// machine (200 ms was not always).
+	const linger = 2 * time.Second
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		pub := b.Client(t)
 		m := newMux(t, b.Client(t), Options{Linger: linger})
 		s := newSentinel(t, m, pub)

@@ -234,7 +234,7 @@ func chaosExclusion(t *testing.T, shared bool) {
 		// retry budget, so every release gets its reply in the end.
 		admin := b.Client(t)
 		for _, name := range names {
-			eventually(t, 2*time.Second, name+" released", func() bool { return !exists(t, admin, name) })
+			eventually(t, waitFor, name+" released", func() bool { return !exists(t, admin, name) })
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // The most permits one call may take are taken and released: the scripts copy their IDs
@@ -18,8 +19,21 @@ import (
 func TestPermitAcquireMostPermits(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 20*time.Second)
-		c, _ := newClient(t, b.Addr)
+		ctx := testCtx(t, 2*time.Minute)
+		// Miniredis runs the 4096-permit scripts in seconds, more on a loaded machine: past
+		// rueidis's default 10 s read timeout there.
+		opt := b.ClientOption()
+		opt.ConnWriteTimeout = time.Minute
+		rdb, err := rueidis.NewClient(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rdb.Close)
+		c, err := New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
 		s := c.PermitSemaphore("review-many")
 		const n = maxPermitsPerCall // beyond what Lua's unpack takes on a small stack
 		must(t, s.SetPermits(ctx, n))
@@ -86,7 +100,7 @@ func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
 			}
 			must(t, s.Release(ctx, 1))
 		}
-		eventually(t, 5*time.Second, "the unknown acquire's 3 permits given back", func() bool {
+		eventually(t, waitFor, "the unknown acquire's 3 permits given back", func() bool {
 			return available(t, ctx, s) == 5
 		})
 	})
@@ -126,7 +140,7 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 			t.Fatal("the unknown release's owner is back in the pool before Redis answered")
 		}
 		proxy.Blackhole(false)
-		eventually(t, 5*time.Second, "the release settled in the background", settled)
+		eventually(t, waitFor, "the release settled in the background", settled)
 		if n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64(); n != 5 || err != nil {
 			t.Fatalf("%d permits (%v) after the release and its repeat, want 5", n, err)
 		}
@@ -155,30 +169,36 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 20*time.Second)
+		t.Parallel()
+		ctx := testCtx(t, 30*time.Second)
 		const name = "review-spin"
 		c, rdb := newClient(t, b.Addr)
 		s := c.PermitSemaphore(name)
 		must(t, s.SetPermits(ctx, 2))
-		if _, err := s.Acquire(ctx, 1, Lease(150*time.Millisecond)); err != nil {
+		// Long enough to outlast its acquisition on a loaded machine (150 ms did not).
+		if _, err := s.Acquire(ctx, 1, Lease(time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		// A Redisson process takes the other permit without a lease (§5.2: score 922337203685477).
 		must(t, rdb.Do(ctx, rdb.B().Decrby().Key(name).Decrement(1).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(s.timeouts).ScoreMember().ScoreMember(922337203685477, string(make([]byte, 16))).Build()).Error())
 
-		// The first waiter wants 2: its first attempt hints at the 150 ms lease; its attempt
+		// The first waiter wants 2: its first attempt hints at the 1 s lease; its attempt
 		// then reclaims that permit and finds only the one that never expires (no new hint).
+		// It waits on past the second waiter's second, however loaded the machine, until the
+		// test ends its wait.
 		first := make(chan error, 1)
+		firstCtx, endFirst := context.WithCancel(ctx)
+		defer endFirst()
 		go func() {
-			_, _, err := c.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(3*time.Second))
+			_, _, err := c.PermitSemaphore(name).TryAcquire(firstCtx, 2, WaitTime(waitFor))
 			first <- err
 		}()
 		waitersOn(t, c, s.channel, 1)
-		time.Sleep(400 * time.Millisecond)
-		if n, _ := s.AvailablePermits(ctx); n != 1 {
-			t.Fatalf("%d available, want 1 (the leased permit reclaimed)", n)
-		}
+		eventually(t, waitFor, "the leased permit reclaimed", func() bool {
+			n, err := s.AvailablePermits(ctx)
+			return err == nil && n == 1
+		})
 
 		// A second waiter joins: the same wait as PermitSemaphore's, counting its turns.
 		var turns atomic.Int64
@@ -189,6 +209,7 @@ func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
 		if n := turns.Load(); n > 10 {
 			t.Fatalf("a joined waiter that is not first turned its loop %d times in 1 s", n)
 		}
+		endFirst()
 		<-first
 	})
 }
@@ -255,7 +276,9 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 
 		a := make(chan error, 1)
 		go func() {
-			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(200*time.Millisecond)) // then never released
+			// Then never released. Long enough for the acquire to return within it on a loaded
+			// machine (200 ms was not), far shorter than B's 30 s timer.
+			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(1500*time.Millisecond))
 			a <- err
 		}()
 		listeningOn(t, c, s.channel, 1)
@@ -267,14 +290,14 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 			}
 		}()
 		waitersOn(t, c, s.channel, 2)
-		must(t, held.Release(ctx)) // A is served; its permit's lease ends 200 ms later
+		must(t, held.Release(ctx)) // A is served; its permit's lease ends 1.5 s later
 		must(t, <-a)
-		expired := time.Now().Add(200 * time.Millisecond)
+		expired := time.Now().Add(1500 * time.Millisecond)
 		select {
 		case at := <-bDone:
 			t.Logf("B served %v after A's permit expired", at.Sub(expired))
-		case <-time.After(3 * time.Second):
-			t.Fatalf("B not served 3 s after A's 200 ms permit expired (waits for its 30 s timer)")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("B not served 8.5 s after A's 1.5 s permit expired (waits for its 30 s timer)")
 		}
 	})
 }

@@ -134,7 +134,7 @@ func ExampleLock_TryLock() {
 func ExampleLock_Lost() {
 	rdb, stop := newRedis()
 	defer stop()
-	c, err := dsync.New(rdb, dsync.WithWatchdogTimeout(300*time.Millisecond))
+	c, err := dsync.New(rdb, dsync.WithWatchdogTimeout(1500*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -172,11 +172,11 @@ func ExampleLock_Valid() {
 	ctx := context.Background()
 
 	mu := c.Lock("ledger")
-	if err := mu.Lock(ctx, dsync.Lease(200*time.Millisecond)); err != nil {
+	if err := mu.Lock(ctx, dsync.Lease(time.Second)); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("valid while held:", mu.Valid())
-	time.Sleep(300 * time.Millisecond) // a stall longer than the lease
+	time.Sleep(time.Second) // a stall as long as the lease, which began before Lock returned
 	fmt.Println("valid after the lease ran out:", mu.Valid())
 	err = mu.Unlock(ctx)
 	fmt.Println("unlock:", errors.Is(err, dsync.ErrLockLost))

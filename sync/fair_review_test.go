@@ -41,7 +41,7 @@ func TestFairGrantAdoptedBySiblingIsNotTakenAgain(t *testing.T) {
 		if err := holder.Unlock(ctx); err != nil { // grants w, message held back
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "grant held back", gate.holding)
+		eventually(t, waitFor, "grant held back", gate.holding)
 		// another goroutine on the handle
 		if ok, err := w.TryLock(ctx); !ok || err != nil {
 			t.Fatalf("TryLock: %v %v", ok, err)

@@ -73,7 +73,7 @@ func fairRawPlace(t *testing.T, rdb rueidis.Client, name, owner string, deadline
 // fairAwaitQueue waits until the queue is exactly want (owners, head first).
 func fairAwaitQueue(t *testing.T, rdb rueidis.Client, name string, want ...string) {
 	t.Helper()
-	eventually(t, 5*time.Second, fmt.Sprintf("queue of %s = %v", name, want), func() bool {
+	eventually(t, waitFor, fmt.Sprintf("queue of %s = %v", name, want), func() bool {
 		return slices.Equal(fairQueue(t, rdb, name), want)
 	})
 }
@@ -83,7 +83,7 @@ func fairAwaitQueue(t *testing.T, rdb rueidis.Client, name string, want ...strin
 func fairWaiterSubscribed(t *testing.T, b *redistest.Backend, c *Client, mu *FairLock) {
 	t.Helper()
 	channel := lockChannel(mu.Name()) + ":" + mu.Owner()
-	eventually(t, 5*time.Second, "the waiter subscribed to "+channel, func() bool {
+	eventually(t, waitFor, "the waiter subscribed to "+channel, func() bool {
 		return numsub(t, b, c, channel) == 1
 	})
 }
@@ -101,7 +101,7 @@ func fairCountAttempts(c *Client) *atomic.Int64 {
 // message wakes it, so Redis state changed after this is what it finds at its next attempt.
 func fairAwaitSettled(t *testing.T, attempts *atomic.Int64) {
 	t.Helper()
-	eventually(t, 5*time.Second, "the waiter subscribed and attempted again", func() bool {
+	eventually(t, waitFor, "the waiter subscribed and attempted again", func() bool {
 		return attempts.Load() >= 2
 	})
 }
@@ -131,7 +131,7 @@ func TestFairLockExclusion(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, goroutines, cycles, name = 4, 8, 5, "fair:exclusion"
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		var inside, maxInside, count atomic.Int64
 		var wg gosync.WaitGroup
@@ -195,7 +195,7 @@ func TestFairLockFIFOAcrossClients(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, goroutines, cycles, name = 4, 8, 5, "fair:fifo"
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		var (
 			mu       gosync.Mutex
@@ -266,7 +266,7 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, perClient, name = 4, 8, "fair:order"
-		ctx := testCtx(t, 20*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		c0, _ := newClient(t, b.Addr)
 		holder := c0.FairLock(name, Reentrant())
@@ -297,7 +297,7 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 				}()
 			}
 		}
-		eventually(t, 5*time.Second, "32 waiters queued", func() bool {
+		eventually(t, waitFor, "32 waiters queued", func() bool {
 			q, _ := fairPlaces(t, admin, name)
 			return q == clients*perClient
 		})
@@ -322,24 +322,30 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 func TestFairLockDeadWaiterPlaceLapses(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const wait, name, dead = 300 * time.Millisecond, "fair:dead", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
-		ctx := testCtx(t, 10*time.Second)
+		// The live waiter attempts every 500 ms, so its own place never lapses, however loaded
+		// the machine.
+		const wait, name, dead = 1500 * time.Millisecond, "fair:dead", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
+		ctx := testCtx(t, 30*time.Second)
 		admin := b.Client(t)
-		holderC, _ := newClient(t, b.Addr, WithWatchdogTimeout(wait))
-		waiterC, _ := newClient(t, b.Addr, WithWatchdogTimeout(wait))
+		holderC, _ := newClient(t, b.Addr)
+		waiterC, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
 		holder, live := holderC.FairLock(name, Reentrant()), waiterC.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(wait).UnixMilli()
-		fairRawPlace(t, admin, name, dead, deadline)
-		liveCtx := testCtx(t, 5*time.Second)
+		// The dead waiter's place outlives the live waiter's queueing behind it, however slow;
+		// its last attempt, below, sets the deadline at which it lapses.
+		fairRawPlace(t, admin, name, dead, time.Now().Add(time.Minute).UnixMilli())
+		liveCtx := testCtx(t, 20*time.Second)
 		done := fairStartLock(liveCtx, live)
 		fairAwaitQueue(t, admin, name, dead, live.Owner())
 		if err := holder.Unlock(ctx); err != nil { // tells only the dead head
 			t.Fatal(err)
 		}
-		if err := fairAwait(t, done, 6*time.Second, "live waiter"); err != nil {
+		deadline := time.Now().Add(300 * time.Millisecond).UnixMilli()
+		must(t, admin.Do(ctx, admin.B().Zadd().Key(fairTimeoutKey(name)).Xx().ScoreMember().
+			ScoreMember(float64(deadline), dead).Build()).Error())
+		if err := fairAwait(t, done, 10*time.Second, "live waiter"); err != nil {
 			t.Fatalf("the live waiter behind a dead place: %v", err)
 		}
 		if now := time.Now().UnixMilli(); now < deadline {
@@ -357,11 +363,15 @@ func TestFairLockDeadWaiterPlaceLapses(t *testing.T) {
 func TestFairLockLiveWaitersKeepPlaces(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const wait, hold, name = 300 * time.Millisecond, 1500 * time.Millisecond, "fair:keep"
-		ctx := testCtx(t, 10*time.Second)
+		t.Parallel()
+		// Attempts every 500 ms keep a 1.5 s place with a second to spare on a loaded machine
+		// (300 ms places were lost to a late attempt).
+		const wait, name = 1500 * time.Millisecond, "fair:keep"
+		const hold = 5 * wait
+		ctx := testCtx(t, 60*time.Second)
 		admin := b.Client(t)
 		// The holder keeps the lock by the default 30 s watchdog; the waiters' places live for
-		// the 300 ms wait time only.
+		// the wait time only.
 		hc, _ := newClient(t, b.Addr)
 		c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
 		holder, w1, w2 := hc.FairLock(name, Reentrant()), c.FairLock(name, Reentrant()), c.FairLock(name, Reentrant())
@@ -406,7 +416,7 @@ func TestFairLockLiveWaitersKeepPlaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, done := range []<-chan error{done1, done2} {
-			if err := fairAwait(t, done, 5*time.Second, "waiter"); err != nil {
+			if err := fairAwait(t, done, waitFor, "waiter"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -424,8 +434,10 @@ func TestFairLockLiveWaitersKeepPlaces(t *testing.T) {
 func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const wait, name = 20 * time.Second, "fair:leave"
-		ctx := testCtx(t, 15*time.Second)
+		// A waiter attempts every third of the wait time (40 s): far more than the test takes
+		// on a loaded machine (with 20 s, a 16 s run saw a third attempt).
+		const wait, name = 2 * time.Minute, "fair:leave"
+		ctx := testCtx(t, 90*time.Second)
 		admin := b.Client(t)
 		holderC, _ := newClient(t, b.Addr)
 		holder := holderC.FairLock(name, Reentrant())
@@ -460,7 +472,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 			t.Cleanup(w.cancel)
 			before := len(fairQueue(t, admin, name))
 			w.done = fairStartLock(w.ctx, w.l)
-			eventually(t, 5*time.Second, "the waiter queued and made its second attempt", func() bool {
+			eventually(t, waitFor, "the waiter queued and made its second attempt", func() bool {
 				return len(fairQueue(t, admin, name)) == before+1 && w.attempts.Load() >= 2
 			})
 			return w
@@ -476,7 +488,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 			before[w.l.Owner()] = d
 		}
 		leaver.cancel()
-		if err := fairAwait(t, leaver.done, 5*time.Second, "the cancelled waiter"); !errors.Is(err, context.Canceled) {
+		if err := fairAwait(t, leaver.done, waitFor, "the cancelled waiter"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Lock with its context cancelled: %v, want context.Canceled", err)
 		}
 		fairAwaitQueue(t, admin, name, w0.l.Owner(), w1.l.Owner(), w2.l.Owner())
@@ -503,7 +515,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := fairAwait(t, w0.done, 5*time.Second, "the head waiter"); err != nil {
+		if err := fairAwait(t, w0.done, waitFor, "the head waiter"); err != nil {
 			t.Fatalf("the head waiter after the release: %v", err)
 		}
 		fairAwaitQueue(t, admin, name, w1.l.Owner(), w2.l.Owner())
@@ -779,7 +791,7 @@ func TestFairLockRedissonWireCompatibility(t *testing.T) {
 		waitCtx := testCtx(t, 5*time.Second)
 		done := fairStartLock(waitCtx, mu)
 		fairAwaitQueue(t, admin, name, mu.Owner())
-		eventually(t, 5*time.Second, "our waiter subscribed to "+ownChannel, func() bool {
+		eventually(t, waitFor, "our waiter subscribed to "+ownChannel, func() bool {
 			return numsub(t, b, c, ownChannel) == 1
 		})
 		fairAwaitSettled(t, attempts) // so that it can only be the message that wakes it

@@ -11,7 +11,7 @@ import (
 // parked waits until every heir of channel is parked and no wake-up is pending.
 func parked(t *testing.T, c *Client, channel string, n int) {
 	t.Helper()
-	eventually(t, 5*time.Second, "the waiters parked", func() bool {
+	eventually(t, waitFor, "the waiters parked", func() bool {
 		c.heirs.mu.Lock()
 		defer c.heirs.mu.Unlock()
 		if len(c.heirs.queue[channel]) != n {
@@ -75,7 +75,7 @@ func TestSemaphoreHandoffFollowsChannelOrder(t *testing.T) {
 		// Subscribe the channel and leave it lingering.
 		spy, err := c.mux.Subscribe(s.channel, semaphorePolicy)
 		must(t, err)
-		eventually(t, 5*time.Second, "subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		eventually(t, waitFor, "subscribed", func() bool { return c.mux.Subscribed(s.channel) })
 		spy.Close()
 		// Redis busy for a while: the large request's first attempt is slow.
 		sleeper := redistest.ClientFor(t, b.Addr)
@@ -98,7 +98,7 @@ func TestSemaphoreHandoffFollowsChannelOrder(t *testing.T) {
 			}
 		}()
 		waitersOn(t, c, s.channel, 2)
-		eventually(t, 5*time.Second, "small queued as heir", func() bool {
+		eventually(t, waitFor, "small queued as heir", func() bool {
 			c.heirs.mu.Lock()
 			defer c.heirs.mu.Unlock()
 			return len(c.heirs.queue[s.channel]) == 1
@@ -129,7 +129,7 @@ func TestSemaphoreHandoffRunsForgotten(t *testing.T) {
 			must(t, s.Release(ctx, 1))
 			must(t, <-got)
 		}
-		eventually(t, 2*time.Second, "heirs removed", func() bool {
+		eventually(t, waitFor, "heirs removed", func() bool {
 			c.heirs.mu.Lock()
 			defer c.heirs.mu.Unlock()
 			return len(c.heirs.queue) == 0

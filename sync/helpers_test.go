@@ -2,10 +2,12 @@ package sync
 
 import (
 	"context"
+	gosync "sync"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
 )
 
@@ -21,13 +23,20 @@ func newClient(t *testing.T, addr string, opts ...Option) (*Client, rueidis.Clie
 	return c, rdb
 }
 
-// testCtx is a context bounded by a deadline, so no test hangs forever.
+// testCtx is a context bounded by a deadline, so no test hangs forever: three times d, so
+// that a test whose steps fit in d on a quiet machine is not cut short on one three times as
+// loaded (a 10 s context ended a test that took 11 s under two CPU hogs). It bounds waits
+// that must end, never what a test asserts about time.
 func testCtx(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*d)
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// waitFor bounds a wait for something that must happen, not how soon it must: generous, so
+// that a loaded machine does not fail a test that waits for an event.
+const waitFor = 20 * time.Second
 
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -97,4 +106,51 @@ func must(t *testing.T, err error) {
 	if err != nil && !rueidis.IsRedisNil(err) {
 		t.Fatal(err)
 	}
+}
+
+// renewals records the watchdog's renewal rounds of a Client, so that a test waits for a
+// hold's renewal instead of sleeping past its renewal time. Set it up before the Client
+// takes a hold.
+type renewals struct {
+	mu       gosync.Mutex
+	carried  map[string]int // the rounds that carried each key, counted as they start
+	inflight int
+}
+
+func watchRenewals(c *Client) *renewals {
+	r := &renewals{carried: make(map[string]int)}
+	for _, k := range []*watchdog.Kind{c.lockKind, c.readKind, c.permitKind} {
+		renew := k.Renew
+		k.Renew = func(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
+			r.mu.Lock()
+			r.inflight++
+			for _, b := range batches {
+				for _, key := range b.Keys {
+					r.carried[key]++
+				}
+			}
+			r.mu.Unlock()
+			defer func() {
+				r.mu.Lock()
+				r.inflight--
+				r.mu.Unlock()
+			}()
+			return renew(ctx, lease, batches)
+		}
+	}
+	return r
+}
+
+// of returns how many renewal rounds carrying key have started.
+func (r *renewals) of(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.carried[key]
+}
+
+// idle reports whether no renewal round is on its way.
+func (r *renewals) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inflight == 0
 }

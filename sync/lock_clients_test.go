@@ -84,7 +84,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 			// Registrations are ordered by server time: one made in the same tick as the
 			// last (miniredis's clock moves in steps of a few ms) may go either side of it.
 			last := serverMs(t, rdb)
-			eventually(t, 5*time.Second, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
+			eventually(t, waitFor, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
 			c, _ := newClient(t, b.Addr)
 			n := countAttempts(c)
 			l := c.Lock(name)
@@ -92,7 +92,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 			tokens = append(tokens, c.lockToken)
 			// Registered, and subscribed: its attempt after the subscription was confirmed
 			// is its last until something wakes it.
-			eventually(t, 5*time.Second, "waiter registered and subscribed", func() bool {
+			eventually(t, waitFor, "waiter registered and subscribed", func() bool {
 				return slices.Equal(registered(t, rdb, name), tokens) && listening(t, b, c, name) &&
 					n.Load() >= 2
 			})
@@ -141,12 +141,12 @@ func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
 		first := runC.Lock(name)
 		must(t, first.Lock(ctx))
 		other := lockAsync(ctx, otherC.Lock(name))
-		eventually(t, 5*time.Second, "the other Client registered", func() bool {
+		eventually(t, waitFor, "the other Client registered", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{otherC.lockToken})
 		})
 		heir := runC.Lock(name)
 		heirGot := lockAsync(ctx, heir)
-		eventually(t, 5*time.Second, "the heir registered its Client", func() bool {
+		eventually(t, waitFor, "the heir registered its Client", func() bool {
 			return len(registered(t, rdb, name)) == 2
 		})
 		settled(t, runC, name, 1)
@@ -156,7 +156,7 @@ func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
 		lastGot := lockAsync(ctx, last)
 		// Its attempt made (it registers the run's Client again): one still to come could
 		// take the lock that the release below frees for the other Client.
-		eventually(t, 5*time.Second, "a third waiter on the run's Client, its attempt made", func() bool {
+		eventually(t, waitFor, "a third waiter on the run's Client, its attempt made", func() bool {
 			return runC.mux.Waiters(waitChannel(runC, name)) == 1 && len(registered(t, rdb, name)) == 2
 		})
 		must(t, heir.Unlock(ctx)) // the run is over: the other Client's turn
@@ -187,7 +187,7 @@ func TestGoneClientCostsAKeepAlive(t *testing.T) {
 		attempts := countAttempts(waiterC)
 		waiter := waiterC.Lock(name)
 		got := lockAsync(ctx, waiter)
-		eventually(t, 5*time.Second, "the live waiter registered and subscribed", func() bool {
+		eventually(t, waitFor, "the live waiter registered and subscribed", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{"77", waiterC.lockToken}) &&
 				listening(t, b, waiterC, name) && attempts.Load() >= 2
 		})
@@ -216,11 +216,11 @@ func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 		redissonHolds(t, ctx, rdb, name)
 		leaveCtx, leave := context.WithCancel(ctx)
 		leaver := lockAsync(leaveCtx, leaverC.Lock(name))
-		eventually(t, 5*time.Second, "the leaver registered", func() bool {
+		eventually(t, waitFor, "the leaver registered", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{leaverC.lockToken})
 		})
 		next := lockAsync(ctx, nextC.Lock(name))
-		eventually(t, 5*time.Second, "the next waiter registered and subscribed", func() bool {
+		eventually(t, waitFor, "the next waiter registered and subscribed", func() bool {
 			return len(registered(t, rdb, name)) == 2 && listening(t, b, nextC, name)
 		})
 		// A release woke the leaver's Client — its registration taken, the lock freed — and
@@ -248,7 +248,7 @@ func TestWokenClientHearsARedissonHolderRelease(t *testing.T) {
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
 		got := lockAsync(ctx, waiterC.Lock(name))
-		eventually(t, 5*time.Second, "the waiter registered and subscribed", func() bool {
+		eventually(t, waitFor, "the waiter registered and subscribed", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{waiterC.lockToken}) &&
 				listening(t, b, waiterC, name)
 		})
@@ -257,7 +257,7 @@ func TestWokenClientHearsARedissonHolderRelease(t *testing.T) {
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 		redissonHolds(t, ctx, rdb, name)
 		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(waitChannel(waiterC, name)).Message("0").Build()).Error())
-		eventually(t, 5*time.Second, "the waiter listening on Redisson's channel", func() bool {
+		eventually(t, waitFor, "the waiter listening on Redisson's channel", func() bool {
 			return numsub(t, b, waiterC, lockChannel(name)) == 1
 		})
 		notYet(t, got, "the waiter, while Java holds the lock")
@@ -280,7 +280,7 @@ func TestHolderWithOtherUUIDVersionIsHeardOnRedissonChannel(t *testing.T) {
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
 		got := lockAsync(ctx, waiterC.Lock(name))
-		eventually(t, 5*time.Second, "the waiter listening on both channels", func() bool {
+		eventually(t, waitFor, "the waiter listening on both channels", func() bool {
 			return listening(t, b, waiterC, name) && numsub(t, b, waiterC, lockChannel(name)) == 1
 		})
 		must(t, holder.Unlock(ctx))
@@ -325,7 +325,7 @@ func TestReleaseKeepsRegistrationOfWaiterThatCameMeanwhile(t *testing.T) {
 		holder := c.Lock(name)
 		must(t, holder.Lock(ctx))
 		got := lockAsync(ctx, c.Lock(name))
-		eventually(t, 5*time.Second, "the waiter registered and subscribed", func() bool {
+		eventually(t, waitFor, "the waiter registered and subscribed", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && listening(t, b, c, name)
 		})
 		// The holder's release as sent before the waiter came: no waiters left.
@@ -353,7 +353,7 @@ func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 		attempts := countAttempts(c)
 		leaveCtx, leave := context.WithCancel(ctx)
 		first := lockAsync(leaveCtx, c.Lock(name))
-		eventually(t, 5*time.Second, "the first waiter registered and subscribed", func() bool {
+		eventually(t, waitFor, "the first waiter registered and subscribed", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && listening(t, b, c, name)
 		})
 		var next <-chan error
@@ -361,7 +361,7 @@ func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 			c.beforeLeave = nil
 			n := attempts.Load()
 			next = lockAsync(ctx, c.Lock(name))
-			eventually(t, 5*time.Second, "the next waiter attempted", func() bool { return attempts.Load() > n })
+			eventually(t, waitFor, "the next waiter attempted", func() bool { return attempts.Load() > n })
 		}
 		leave()
 		if err := <-first; err != context.Canceled {
@@ -387,14 +387,14 @@ func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 		must(t, holder.Lock(ctx))
 		z1 := z1C.Lock(name)
 		got1 := lockAsync(ctx, z1)
-		eventually(t, 5*time.Second, "z1 registered", func() bool {
+		eventually(t, waitFor, "z1 registered", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken}) && listening(t, b, z1C, name)
 		})
 		last := serverMs(t, rdb)
-		eventually(t, 5*time.Second, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
+		eventually(t, waitFor, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
 		leaveCtx, leave := context.WithCancel(ctx)
 		w := lockAsync(leaveCtx, x.Lock(name))
-		eventually(t, 5*time.Second, "x's waiter registered", func() bool {
+		eventually(t, waitFor, "x's waiter registered", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken, x.lockToken}) && x.mux.Waiters(waitChannel(x, name)) == 1
 		})
 		x.beforeRelease = func() {
@@ -407,7 +407,7 @@ func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 		must(t, holder.Unlock(ctx)) // counted x's waiter, which left before it ran
 		wantResult(t, "z1", got1, 5*time.Second)
 		got2 := lockAsync(ctx, z2C.Lock(name))
-		eventually(t, 5*time.Second, "z2 registered", func() bool {
+		eventually(t, waitFor, "z2 registered", func() bool {
 			return slices.Contains(registered(t, rdb, name), z2C.lockToken) && listening(t, b, z2C, name)
 		})
 		must(t, z1.Unlock(ctx))
@@ -427,16 +427,16 @@ func TestQueuedWaiterHearsRedissonReleaseAfterTheOneAheadLeft(t *testing.T) {
 		redissonHolds(t, ctx, rdb, name)
 		leaveCtx, leave := context.WithCancel(ctx)
 		first := lockAsync(leaveCtx, c.Lock(name))
-		eventually(t, 5*time.Second, "the first waiter on Redisson's channel", func() bool {
+		eventually(t, waitFor, "the first waiter on Redisson's channel", func() bool {
 			return numsub(t, b, c, lockChannel(name)) == 1
 		})
 		second := lockAsync(ctx, c.Lock(name))
-		eventually(t, 5*time.Second, "the second waiter queued", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 2 })
+		eventually(t, waitFor, "the second waiter queued", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 2 })
 		leave()
 		if err := <-first; err != context.Canceled {
 			t.Fatalf("first waiter: %v, want context.Canceled", err)
 		}
-		eventually(t, 5*time.Second, "the second waiter on Redisson's channel", func() bool {
+		eventually(t, waitFor, "the second waiter on Redisson's channel", func() bool {
 			return numsub(t, b, c, lockChannel(name)) == 1
 		})
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
@@ -456,7 +456,7 @@ func TestClosedClientLeavesNoRegistration(t *testing.T) {
 		c, _ := newClient(t, b.Addr)
 		must(t, holderC.Lock(name).Lock(ctx))
 		got := lockAsync(ctx, c.Lock(name))
-		eventually(t, 5*time.Second, "the waiter registered", func() bool {
+		eventually(t, waitFor, "the waiter registered", func() bool {
 			return slices.Equal(registered(t, rdb, name), []string{c.lockToken})
 		})
 		must(t, c.Close())

@@ -41,7 +41,7 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 				})})
 			bDone <- err
 		}()
-		eventually(t, 5*time.Second, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
+		eventually(t, waitFor, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
 		go func() {
 			ok, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: -1, join: true,
 				attempt: attemptFunc(func(context.Context) (int64, bool, error) {
@@ -56,7 +56,7 @@ func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
 			}
 			cDone <- err
 		}()
-		eventually(t, 5*time.Second, "C queued behind B", func() bool { return c.mux.Waiters(channel) == 2 })
+		eventually(t, waitFor, "C queued behind B", func() bool { return c.mux.Waiters(channel) == 2 })
 		if n := cCalls.Load(); n != 0 {
 			t.Fatalf("C attempted %d times before any release: it should queue behind B", n)
 		}
@@ -117,9 +117,12 @@ func TestReentryWithShortLeaseStaysKept(t *testing.T) {
 func TestSharedHandleUnlockRacesLock(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 30*time.Second)
+		t.Parallel()
+		ctx := testCtx(t, 60*time.Second)
 		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(600*time.Millisecond))
+		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine.
+		const timeout = 1500 * time.Millisecond
+		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout))
 		admin := b.Client(t)
 		warmScripts(t, ctx, c)
 		mu := c.Lock("shared-handle")
@@ -129,7 +132,7 @@ func TestSharedHandleUnlockRacesLock(t *testing.T) {
 		proxy.DropReplyAfter([]byte(unlockLatchPrefix))
 		unlocked := make(chan error, 1)
 		go func() { unlocked <- mu.Unlock(ctx) }() // G1
-		eventually(t, 2*time.Second, "release ran", func() bool { return !exists(t, admin, "shared-handle") })
+		eventually(t, 10*time.Second, "release ran", func() bool { return !exists(t, admin, "shared-handle") })
 		if err := mu.Lock(ctx); err != nil { // G2, same handle
 			t.Fatal(err)
 		}
@@ -140,7 +143,7 @@ func TestSharedHandleUnlockRacesLock(t *testing.T) {
 			t.Fatalf("the proxy dropped %d replies, want 1", proxy.Dropped())
 		}
 		held := time.Now()
-		for time.Since(held) < 1500*time.Millisecond { // 2.5× the watchdog timeout
+		for time.Since(held) < timeout+timeout/3 { // past the TTL G2's acquisition set
 			if !exists(t, admin, "shared-handle") {
 				t.Fatalf("G2's hold expired %v after it was taken: nothing renewed it", time.Since(held))
 			}
@@ -186,8 +189,11 @@ func TestUnlockWithEndedContextReleases(t *testing.T) {
 func TestFailedUnlockLapsesLease(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const timeout = 600 * time.Millisecond
-		ctx := testCtx(t, 30*time.Second)
+		t.Parallel()
+		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine,
+		// until a failed release stops them.
+		const timeout = 1500 * time.Millisecond
+		ctx := testCtx(t, 60*time.Second)
 		proxy := redistest.NewProxy(t, b.Addr)
 		// A short retry budget keeps the test fast: the repeats end while Redis is unreachable.
 		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout), WithRetryBudget(200*time.Millisecond))
@@ -208,7 +214,7 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 			if _, ok := mu.Deadline(); ok {
 				t.Fatal("a deadline after the hold was given up")
 			}
-			eventually(t, 3*timeout, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-unknown") })
+			eventually(t, timeout+10*time.Second, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-unknown") })
 			if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 				t.Fatalf("Unlock after a failed one: %v, want ErrNotHeld (the hold was given up)", err)
 			}
@@ -229,10 +235,10 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 			}
 			select {
 			case <-mu.Lost():
-			case <-time.After(3 * timeout):
+			case <-time.After(timeout + 10*time.Second):
 				t.Fatal("Lost not closed after the refused release, although nothing renews the lock")
 			}
-			eventually(t, 2*timeout, "the lapsed lock expires", func() bool { return !exists(t, admin, "unlock-refused") })
+			eventually(t, timeout+10*time.Second, "the lapsed lock expires", func() bool { return !exists(t, admin, "unlock-refused") })
 		})
 	})
 }
@@ -279,7 +285,7 @@ func TestLatchesDoNotLinger(t *testing.T) {
 			cycle(c.Lock("latches:"+strconv.Itoa(i), Reentrant()))
 		}
 		runtime.KeepAlive(mu)
-		eventually(t, 5*time.Second, "the latches of collected handles deleted", func() bool {
+		eventually(t, waitFor, "the latches of collected handles deleted", func() bool {
 			runtime.GC()
 			return latches() == 0
 		})

@@ -3,8 +3,10 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -110,12 +112,13 @@ func TestNonOwnerUnlock(t *testing.T) {
 func TestLeaseExpiryFreesCrashedHolder(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
-		crashed, _ := newClient(t, b.Addr)
-		if err := crashed.Lock("crash").Lock(ctx, Lease(300*time.Millisecond)); err != nil {
-			t.Fatal(err)
-		}
-		crashed.Close() // nothing renews or releases it any more
+		ctx := testCtx(t, 30*time.Second)
+		// What a crashed holder leaves: its field, with the 300 ms lease it took. Written
+		// directly, so that no acquisition races the short lease on a loaded machine.
+		admin := b.Client(t)
+		must(t, admin.Do(ctx, admin.B().Hset().Key("crash").FieldValue().
+			FieldValue("9c345276-aa6e-44c1-b478-bf4b14ba1498:1", "1").Build()).Error())
+		must(t, admin.Do(ctx, admin.B().Pexpire().Key("crash").Milliseconds(300).Build()).Error())
 		c, _ := newClient(t, b.Addr)
 		start := time.Now()
 		mu := c.Lock("crash")
@@ -134,8 +137,10 @@ func TestLeaseExpiryFreesCrashedHolder(t *testing.T) {
 func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const timeout = 300 * time.Millisecond
-		ctx := testCtx(t, 20*time.Second)
+		t.Parallel()
+		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine.
+		const timeout = 1500 * time.Millisecond
+		ctx := testCtx(t, 60*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 
 		t.Run("kept beyond 3x the timeout", func(t *testing.T) {
@@ -144,7 +149,7 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 				t.Fatal(err)
 			}
 			held := time.Now()
-			for time.Since(held) < 4*timeout {
+			for time.Since(held) < 3*timeout+timeout/10 {
 				if !exists(t, rdb, "kept") {
 					t.Fatalf("lock expired %v after it was taken despite the watchdog", time.Since(held))
 				}
@@ -171,7 +176,7 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 			}
 			select {
 			case <-mu.Lost():
-			case <-time.After(2 * timeout):
+			case <-time.After(timeout + 5*time.Second):
 				t.Fatal("Lost not closed within one lease after the key was deleted")
 			}
 			err := mu.Unlock(ctx)
@@ -191,10 +196,10 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 			proxy.Blackhole(true)
 			select {
 			case <-mu.Lost():
-				if since := time.Since(cut); since > timeout+500*time.Millisecond {
+				if since := time.Since(cut); since > timeout+2*time.Second {
 					t.Fatalf("Lost closed %v after the cut; the lease was %v", since, timeout)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(timeout + 10*time.Second):
 				t.Fatal("Lost not closed while Redis was unreachable past the lease")
 			}
 		})
@@ -222,7 +227,7 @@ func TestWaiterWokenByUnlockMessage(t *testing.T) {
 			got <- time.Now()
 		}()
 		// The waiter must be subscribed before the unlock for the test to mean anything.
-		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+		eventually(t, waitFor, "waiter subscribed", func() bool {
 			return numsub(t, b, holderC, waitChannel(waiterC, "wake")) == 1
 		})
 		unlocked := time.Now()
@@ -273,7 +278,7 @@ func TestRedissonWireCompatibility(t *testing.T) {
 		// Our waiter wakes when the Java side releases as Redisson's unlock script does (§2.4).
 		got := make(chan error, 1)
 		go func() { got <- mu.Lock(ctx) }()
-		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+		eventually(t, waitFor, "waiter subscribed", func() bool {
 			return numsub(t, b, c, "redisson_lock__channel:{orders}") == 1
 		})
 		javaUnlock := rueidis.NewLuaScript(`
@@ -340,36 +345,65 @@ return 1`)
 	})
 }
 
-// Redisson's issue #7272: a renewal that outlives unlock keeps a released key alive. With a
-// short watchdog timeout, renewals run all the time during 1,000 cycles; afterwards nothing of
-// the lock may remain — neither the hash nor an unlock latch.
+// Redisson's issue #7272: a renewal that outlives unlock keeps a released key alive. Over
+// 1,000 cycles, 20 holds each last until a renewal round carrying them has started, and end
+// at varying points after it, so that renewals and unlocks interleave; the same owner locks
+// again at once. Afterwards nothing of the locks may remain — neither a hash nor an unlock
+// latch.
 func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// Long enough that a renewal round delayed by a loaded machine still lands in time;
-		// short enough that renewals run during the test.
-		const timeout = 150 * time.Millisecond
+		// Renewals every 500 ms keep a hold with a second to spare on a loaded machine; the
+		// 20 handles wait for theirs side by side, not one after another.
+		const timeout = 1500 * time.Millisecond
+		const handles, cycles = 20, 50
 		ctx := testCtx(t, 60*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
-		mu := c.Lock("cycles")
-		for i := 0; i < 1000; i++ {
-			if err := mu.Lock(ctx); err != nil {
-				t.Fatal(err)
+		rounds := watchRenewals(c)
+		names := make([]string, handles)
+		errs := make(chan error, handles)
+		var wg gosync.WaitGroup
+		for h := range handles {
+			names[h] = "cycles:" + strconv.Itoa(h)
+			mu := c.Lock(names[h])
+			wg.Go(func() {
+				for i := range cycles {
+					if err := mu.Lock(ctx); err != nil {
+						errs <- err
+						return
+					}
+					if i == 0 {
+						// Hold until a renewal round carrying the hold has started, then unlock
+						// h ms after it: while it is on its way, or just after it returned.
+						before := rounds.of(names[h])
+						for rounds.of(names[h]) == before && ctx.Err() == nil {
+							time.Sleep(time.Millisecond)
+						}
+						time.Sleep(time.Duration(h) * time.Millisecond)
+					}
+					if err := mu.Unlock(ctx); err != nil {
+						errs <- fmt.Errorf("%s, cycle %d: %w", names[h], i, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if rounds.of(name) == 0 {
+				t.Fatalf("%s: no renewal round carried its hold", name)
 			}
-			if i%50 == 0 {
-				// Hold past the renewal time (timeout/3) now and then, with the unlock falling at
-				// varying points after it, so that renewals and unlocks interleave.
-				time.Sleep(timeout/3 + time.Duration(i/50)*time.Millisecond)
-			}
-			if err := mu.Unlock(ctx); err != nil {
-				t.Fatalf("cycle %d: %v", i, err)
+			if exists(t, rdb, name) {
+				t.Fatalf("%s: lock key alive right after the last unlock", name)
 			}
 		}
-		if exists(t, rdb, "cycles") {
-			t.Fatal("lock key alive right after the last unlock")
-		}
-		// Longer than a renewal interval: an orphan renewal would have shown by now.
-		time.Sleep(3 * timeout)
+		// No hold is left to renew: once the last round has returned, an orphan renewal would
+		// have landed.
+		eventually(t, 10*time.Second, "no renewal round on its way", rounds.idle)
 		c.Close() // flushes the latch janitor
 		if n := dbsize(t, rdb); n != 0 {
 			keys, _ := rdb.Do(ctx, rdb.B().Keys().Pattern("*").Build()).AsStrSlice()
@@ -415,7 +449,7 @@ func TestUnlockReplyLost(t *testing.T) {
 			t.Fatal("lock alive after the final unlock")
 		}
 		c.Close()
-		eventually(t, 5*time.Second, "unlock latches deleted", func() bool {
+		eventually(t, waitFor, "unlock latches deleted", func() bool {
 			keys, _ := admin.Do(ctx, admin.B().Keys().Pattern(unlockLatchPrefix+"*").Build()).AsStrSlice()
 			return len(keys) == 0
 		})
@@ -481,8 +515,10 @@ func warmScripts(t *testing.T, ctx context.Context, c *Client) {
 func TestForceUnlock(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
-		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
+		ctx := testCtx(t, 30*time.Second)
+		// A renewal every 500 ms finds the lock gone soon; the 1.5 s lease outlives a slow
+		// acquisition on a loaded machine.
+		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(1500*time.Millisecond))
 		holder, other := c.Lock("forced"), c.Lock("forced")
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
@@ -495,7 +531,7 @@ func TestForceUnlock(t *testing.T) {
 		}
 		select {
 		case <-holder.Lost():
-		case <-time.After(2 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatal("the holder's Lost not closed after ForceUnlock")
 		}
 		if ok, err := other.ForceUnlock(ctx); ok || err != nil {
@@ -547,10 +583,13 @@ func TestInspection(t *testing.T) {
 func TestTryLockWaitAndLeaseLoss(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
+		t.Parallel()
+		ctx := testCtx(t, 30*time.Second)
 		c, _ := newClient(t, b.Addr)
 		holder, waiter := c.Lock("try"), c.Lock("try")
-		if err := holder.Lock(ctx, Lease(400*time.Millisecond)); err != nil {
+		// Long enough to outlast the acquisition and the 100 ms TryLock below on a loaded
+		// machine; then it runs out.
+		if err := holder.Lock(ctx, Lease(1500*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -562,10 +601,10 @@ func TestTryLockWaitAndLeaseLoss(t *testing.T) {
 		}
 		select {
 		case <-holder.Lost():
-		case <-time.After(2 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatal("Lost not closed when the explicit lease ran out")
 		}
-		if ok, err := waiter.TryLock(ctx, WaitTime(2*time.Second)); !ok || err != nil {
+		if ok, err := waiter.TryLock(ctx, WaitTime(10*time.Second)); !ok || err != nil {
 			t.Fatalf("TryLock after the lease ran out: %v, %v", ok, err)
 		}
 		if err := holder.Unlock(ctx); !errors.Is(err, ErrLockLost) {
@@ -654,7 +693,7 @@ func TestClosedClient(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
-	eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+	eventually(t, waitFor, "waiter subscribed", func() bool {
 		return numsub(t, b, c, waitChannel(c, "closing")) == 1
 	})
 	if err := c.Close(); err != nil {
@@ -709,31 +748,43 @@ func TestRequestIDs(t *testing.T) {
 func TestLeasesOnlyGrow(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
-		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
+		ctx := testCtx(t, 30*time.Second)
+		// The watchdog's lease, renewed every 500 ms, is far shorter than the explicit one.
+		const timeout, lease = 1500 * time.Millisecond, 20 * time.Second
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
+		rounds := watchRenewals(c)
 		mu := c.Lock("grow", Reentrant())
-		atLeast := func(what string, min time.Duration) {
+		var sent time.Time // when the explicit lease was asked for
+		// atLeast fails unless the TTL and the handle's deadline are still the explicit
+		// lease's, less the time since it was asked for (and 5 ms of the server's clock and
+		// rounding), however long the test took.
+		atLeast := func(what string) {
 			t.Helper()
-			if ms := pttl(t, rdb, "grow"); time.Duration(ms)*time.Millisecond < min {
+			ms := pttl(t, rdb, "grow")
+			if min := lease - time.Since(sent) - 5*time.Millisecond; time.Duration(ms)*time.Millisecond < min {
 				t.Fatalf("%s: PTTL %d ms, want at least %v", what, ms, min)
 			}
 			d, ok := mu.Deadline()
 			if !ok {
 				t.Fatalf("%s: no deadline while held", what)
 			}
-			if left := time.Until(d); left < min-time.Second {
-				t.Fatalf("%s: deadline %v ahead, want about %v", what, left, min)
+			now := time.Now()
+			if left, min := d.Sub(now), lease-now.Sub(sent); left < min {
+				t.Fatalf("%s: deadline %v ahead, want at least %v", what, left, min)
 			}
 		}
-		must(t, mu.Lock(ctx, Lease(20*time.Second)))
+		sent = time.Now()
+		must(t, mu.Lock(ctx, Lease(lease)))
 		must(t, mu.Lock(ctx, Lease(time.Second))) // shorter: the TTL stays
-		atLeast("re-entry with a shorter lease", 19*time.Second)
-		must(t, mu.Lock(ctx)) // the watchdog's 300 ms: the TTL stays, and is kept from now on
-		atLeast("re-entry under the watchdog", 19*time.Second)
-		must(t, mu.Unlock(ctx)) // the latest hold's lease is 300 ms: the TTL stays
-		atLeast("release of an inner hold", 19*time.Second)
-		time.Sleep(400 * time.Millisecond) // renewals of the kept hold set 300 ms at least
-		atLeast("after renewals", 18*time.Second)
+		atLeast("re-entry with a shorter lease")
+		must(t, mu.Lock(ctx)) // the watchdog's 1.5 s: the TTL stays, and is kept from now on
+		atLeast("re-entry under the watchdog")
+		must(t, mu.Unlock(ctx)) // the latest hold's lease is 1.5 s: the TTL stays
+		atLeast("release of an inner hold")
+		// A renewal of the kept hold sets 1.5 s at least: wait for one to have landed.
+		before := rounds.of("grow")
+		eventually(t, waitFor, "a renewal of the kept hold", func() bool { return rounds.of("grow") > before && rounds.idle() })
+		atLeast("after renewals")
 		must(t, mu.Unlock(ctx))
 		must(t, mu.Unlock(ctx))
 		if exists(t, rdb, "grow") {

@@ -170,17 +170,21 @@ func TestMultiLockBadInput(t *testing.T) {
 func TestMultiLockLeaseRunsOutDuringWait(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
+		t.Parallel()
+		ctx := testCtx(t, 60*time.Second)
 		c, _ := newClient(t, b.Addr)
+		// Long enough for a round to take both locks on a loaded machine (150 ms was not,
+		// and every round failed), and the other holder's work outlasts it.
+		const lease, work = time.Second, 2500 * time.Millisecond
 		other := c.Lock("lease-b")
 		must(t, other.Lock(ctx))
 		go func() {
-			time.Sleep(400 * time.Millisecond) // the other holder's work, past a's lease
+			time.Sleep(work) // the other holder's work, past a's lease
 			must(t, other.Unlock(ctx))
 		}()
 		a, bl := c.Lock("lease-a"), c.Lock("lease-b")
 		m := MultiLock(a, bl)
-		ok, err := m.TryLock(ctx, Lease(150*time.Millisecond), WaitTime(3*time.Second))
+		ok, err := m.TryLock(ctx, Lease(lease), WaitTime(waitFor))
 		if !ok || err != nil {
 			t.Fatalf("TryLock: %v, %v", ok, err)
 		}

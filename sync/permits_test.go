@@ -52,6 +52,7 @@ func TestPermitSemaphoreAcquireRelease(t *testing.T) {
 		if ok, err := s.TrySetPermits(ctx, 3); !ok || err != nil {
 			t.Fatalf("TrySetPermits: %v, %v", ok, err)
 		}
+		acquiring := time.Now()
 		p, err := s.Acquire(ctx, 2)
 		must(t, err)
 		ids := p.IDs()
@@ -67,8 +68,11 @@ func TestPermitSemaphoreAcquireRelease(t *testing.T) {
 		if got := permitCounts(t, ctx, s); got != [3]int{1, 2, 3} {
 			t.Fatalf("available, acquired, all: %v, want [1 2 3]", got)
 		}
-		if d, err := s.LeaseTime(ctx, ids[0]); err != nil || d <= DefaultWatchdogTimeout-time.Second || d > DefaultWatchdogTimeout {
-			t.Fatalf("LeaseTime of a watchdog-kept permit: %v, %v; want about %v", d, err, DefaultWatchdogTimeout)
+		// The lease less at most the time since the acquire was sent (and a millisecond of
+		// rounding), however long the commands in between took.
+		d, err := s.LeaseTime(ctx, ids[0])
+		if low := DefaultWatchdogTimeout - time.Since(acquiring) - time.Millisecond; err != nil || d < low || d > DefaultWatchdogTimeout {
+			t.Fatalf("LeaseTime of a watchdog-kept permit: %v, %v; want in [%v, %v]", d, err, low, DefaultWatchdogTimeout)
 		}
 		if !p.Valid() {
 			t.Fatal("permits just acquired are not valid")
@@ -105,24 +109,26 @@ func TestPermitSemaphoreAcquireRelease(t *testing.T) {
 func TestPermitSemaphoreExpiredPermitsComeBack(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
+		ctx := testCtx(t, 60*time.Second)
 		c, _ := newClient(t, b.Addr)
 		s := c.PermitSemaphore("permits-expire")
 		must(t, s.SetPermits(ctx, 2))
 		// A lease short enough to run out soon, long enough for the acquire to return within
-		// it under CI's load (150 ms was not).
-		p, err := s.Acquire(ctx, 2, Lease(500*time.Millisecond))
+		// it on a loaded machine (150 ms was not under CI's load, 500 ms not with two CPU hogs).
+		const lease = 1500 * time.Millisecond
+		p, err := s.Acquire(ctx, 2, Lease(lease))
 		must(t, err)
 		start := time.Now()
-		q, ok, err := c.PermitSemaphore("permits-expire").TryAcquire(ctx, 2, WaitTime(5*time.Second))
+		q, ok, err := c.PermitSemaphore("permits-expire").TryAcquire(ctx, 2, WaitTime(waitFor))
 		must(t, err)
 		if !ok {
 			t.Fatal("the waiter did not get the expired permits")
 		}
-		if waited := time.Since(start); waited > 2*time.Second {
+		// Waking at the expiry, not at a re-check the watchdog timeout (30 s) later.
+		if waited := time.Since(start); waited > lease+5*time.Second {
 			t.Fatalf("the waiter took %v: it did not wake at the nearest expiry", waited)
 		}
-		eventually(t, 2*time.Second, "Lost closed after the lease ran out", func() bool { return isClosed(p.Lost()) })
+		eventually(t, waitFor, "Lost closed after the lease ran out", func() bool { return isClosed(p.Lost()) })
 		if p.Valid() {
 			t.Fatal("permits past their lease are valid")
 		}
@@ -142,8 +148,9 @@ func TestPermitSemaphoreExpiredPermitsComeBack(t *testing.T) {
 func TestPermitSemaphoreWatchdog(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
-		const name, timeout = "permits-watchdog", 300 * time.Millisecond
+		ctx := testCtx(t, 60*time.Second)
+		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine.
+		const name, timeout = "permits-watchdog", 1500 * time.Millisecond
 		holder, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 		other, _ := newClient(t, b.Addr)
 		s := holder.PermitSemaphore(name)
@@ -153,7 +160,7 @@ func TestPermitSemaphoreWatchdog(t *testing.T) {
 		doomed, err := s.Acquire(ctx, 1)
 		must(t, err)
 		first, _ := kept.Deadline()
-		eventually(t, 3*time.Second, "three renewals", func() bool {
+		eventually(t, waitFor, "three renewals", func() bool {
 			d, ok := kept.Deadline()
 			return ok && d.Sub(first) >= 3*timeout/3
 		})
@@ -162,7 +169,7 @@ func TestPermitSemaphoreWatchdog(t *testing.T) {
 		}
 		raw, _ := hex.DecodeString(doomed.IDs()[0])
 		must(t, rdb.Do(ctx, rdb.B().Zrem().Key(s.timeouts).Member(string(raw)).Build()).Error())
-		eventually(t, 3*time.Second, "Lost closed for a permit deleted behind its back", func() bool {
+		eventually(t, waitFor, "Lost closed for a permit deleted behind its back", func() bool {
 			return isClosed(doomed.Lost())
 		})
 		if isClosed(kept.Lost()) {
@@ -171,7 +178,7 @@ func TestPermitSemaphoreWatchdog(t *testing.T) {
 		must(t, rdb.Do(ctx, rdb.B().Incr().Key(name).Build()).Error()) // the deleted permit, given back by hand
 
 		holder.Close() // renewals stop: the kept permit lapses within a watchdog timeout
-		q, ok, err := other.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(5*time.Second))
+		q, ok, err := other.PermitSemaphore(name).TryAcquire(ctx, 2, WaitTime(waitFor))
 		must(t, err)
 		if !ok {
 			t.Fatal("the kept permit did not come back after its Client closed")

@@ -52,7 +52,7 @@ func TestSyncReplicasClusterRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rdb.Close)
-	c, err := New(rdb, WithSyncReplicas(1, 200*time.Millisecond))
+	c, err := New(rdb, WithSyncReplicas(1, time.Second)) // r confirms within it on a loaded machine
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func unsettledOf(t *testing.T, ctx context.Context, l *Lock) bool {
 func TestReviewS1RefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 10*time.Second)
+		ctx := testCtx(t, 30*time.Second)
 		const name = "review-s1"
 		var l *Lock
 		var drop, dropped atomic.Int32
@@ -130,7 +130,10 @@ func TestReviewS1RefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 		}
 
 		must(t, admin.Do(ctx, admin.B().Del().Key(l.o.latch).Build()).Error())
-		ok, err = l.TryLock(ctx, Lease(time.Second))
+		// A lease of its own, short beside the given-up hold's hour, long enough to last
+		// through the checks below on a loaded machine (1 s did not).
+		const lease = 10 * time.Second
+		ok, err = l.TryLock(ctx, Lease(lease))
 		took := time.Now()
 		if !ok || err != nil {
 			t.Fatalf("TryLock once the latch is back: %v, %v", ok, err)
@@ -139,12 +142,12 @@ func TestReviewS1RefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 			t.Fatal("the release is still unsettled after its repeat got a reply")
 		}
 		d, dok := l.Deadline()
-		if !dok || d.After(took.Add(time.Second)) {
-			t.Fatalf("deadline %v ahead (%v) after TryLock(Lease(1s)), want at most 1s: the new hold's own lease",
-				d.Sub(took).Round(time.Millisecond), dok)
+		if !dok || d.After(took.Add(lease)) {
+			t.Fatalf("deadline %v ahead (%v) after TryLock(Lease(%v)), want at most %[3]v: the new hold's own lease",
+				d.Sub(took).Round(time.Millisecond), dok, lease)
 		}
-		if ms := pttl(t, admin, name); ms <= 0 || ms > 1000 {
-			t.Fatalf("PTTL %d ms after TryLock(Lease(1s)), want (0, 1000]: the given-up hold was released first", ms)
+		if ms := pttl(t, admin, name); ms <= 0 || ms > lease.Milliseconds() {
+			t.Fatalf("PTTL %d ms after TryLock(Lease(%v)), want (0, %d]: the given-up hold was released first", ms, lease, lease.Milliseconds())
 		}
 		if n := hget(t, ctx, admin, name, l.Owner()); n != 1 {
 			t.Fatalf("hold count in Redis %d, want 1", n)
@@ -404,15 +407,17 @@ func TestReviewS5LostLeaseStaysLostWhenFieldIsBack(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		for _, call := range []string{"Lock", "TryLock", "Unlock"} {
 			t.Run(call, func(t *testing.T) {
-				ctx := testCtx(t, 10*time.Second)
+				ctx := testCtx(t, 30*time.Second)
 				name := "review-s5-" + call
-				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(300*time.Millisecond))
+				// A renewal every 500 ms finds the lock gone soon; the 1.5 s lease outlives a
+				// slow acquisition on a loaded machine (300 ms did not always).
+				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(1500*time.Millisecond))
 				admin := b.Client(t)
 				l := c.Lock(name, Reentrant())
 				must(t, l.Lock(ctx))
 				lost := l.Lost()
 				must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
-				eventually(t, 3*time.Second, "Lost closed by the renewal that finds the lock gone", func() bool {
+				eventually(t, waitFor, "Lost closed by the renewal that finds the lock gone", func() bool {
 					return isClosed(lost)
 				})
 				// A late acquire of the same owner puts its field back.

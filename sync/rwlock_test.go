@@ -88,7 +88,7 @@ func rwParked(t *testing.T, c *Client, name string, n int) {
 	quiet := func() bool {
 		return c.mux.Subscribed(ch) && c.mux.Pending(ch) == 0 && c.mux.Waiters(ch) == n
 	}
-	eventually(t, 5*time.Second, fmt.Sprintf("%d waiters parked on %s", n, ch), func() bool {
+	eventually(t, waitFor, fmt.Sprintf("%d waiters parked on %s", n, ch), func() bool {
 		if !quiet() {
 			return false
 		}
@@ -101,7 +101,7 @@ func rwParked(t *testing.T, c *Client, name string, n int) {
 func rwClaimed(t *testing.T, rdb rueidis.Client, name string, want ...string) {
 	t.Helper()
 	slices.Sort(want)
-	eventually(t, 5*time.Second, fmt.Sprintf("writers' claims on %s = %v", name, want), func() bool {
+	eventually(t, waitFor, fmt.Sprintf("writers' claims on %s = %v", name, want), func() bool {
 		got := rwWriters(t, rdb, name)
 		slices.Sort(got)
 		return slices.Equal(got, want)
@@ -145,7 +145,7 @@ func TestRWLockInvariantsUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const clients, goroutines, cycles, name, data = 4, 8, 6, "rw:invariants", "rw:invariants:data"
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		must(t, admin.Do(ctx, admin.B().Set().Key(data).Value("0").Build()).Error())
 		var readers, writers, maxReaders, writes atomic.Int64
@@ -498,10 +498,11 @@ func TestRWLockWriteReleaseOfDeletedLockWakesWaiters(t *testing.T) {
 func TestRWLockWriterPreference(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		for _, giveUp := range []string{"WaitTime", "ctx"} {
 			t.Run(giveUp, func(t *testing.T) {
 				name := "rw:prefer:" + giveUp
-				ctx := testCtx(t, 10*time.Second)
+				ctx := testCtx(t, 60*time.Second)
 				c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 				wc, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 				r1, r2, w := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant()), wc.RWLock(name, Reentrant())
@@ -510,7 +511,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 
 				wctx, cancel := context.WithCancel(ctx)
 				defer cancel()
-				const waitTime = time.Second
+				const waitTime = 5 * time.Second // outlasts the steps below on a loaded machine
 				wrote := rwGo(func() error {
 					if giveUp == "ctx" {
 						return w.Lock(wctx)
@@ -531,13 +532,13 @@ func TestRWLockWriterPreference(t *testing.T) {
 				if ok, err := r3.TryRLock(ctx); ok || err != nil {
 					t.Fatalf("a new reader's TryRLock past a waiting writer: %v, %v; want false, nil", ok, err)
 				}
-				rctx := testCtx(t, 5*time.Second)
+				rctx := testCtx(t, 30*time.Second)
 				read := rwGo(func() error { return r3.RLock(rctx) })
 				rwParked(t, c, name, 1)
 				notYet(t, read, "a new reader behind a waiting writer")
 
 				// Re-entry does not wait.
-				must(t, r1.RLock(testCtx(t, time.Second)))
+				must(t, r1.RLock(testCtx(t, 5*time.Second)))
 				if n := hget(t, ctx, rdb, name, r1.Owner()); n != 2 {
 					t.Fatalf("re-entering reader's count %d, want 2", n)
 				}
@@ -546,16 +547,16 @@ func TestRWLockWriterPreference(t *testing.T) {
 				// The writer gives up; its claim goes and the reader it held back is woken.
 				if giveUp == "ctx" {
 					cancel()
-					if err := rwResult(t, wrote, 5*time.Second, "writer whose ctx ended"); !errors.Is(err, context.Canceled) {
+					if err := rwResult(t, wrote, waitFor, "writer whose ctx ended"); !errors.Is(err, context.Canceled) {
 						t.Fatalf("writer's Lock: %v, want context.Canceled", err)
 					}
 				} else {
-					must(t, rwResult(t, wrote, waitTime+5*time.Second, "writer whose wait time ran out"))
+					must(t, rwResult(t, wrote, waitTime+waitFor, "writer whose wait time ran out"))
 				}
 				if got := rwWriters(t, rdb, name); len(got) != 0 {
 					t.Fatalf("claims %v after the writer gave up, want none", got)
 				}
-				must(t, rwResult(t, read, 5*time.Second, "reader after the writer gave up"))
+				must(t, rwResult(t, read, waitFor, "reader after the writer gave up"))
 				rwEqual(t, rdb, name, map[string]string{"mode": "read", r1.Owner(): "1", r2.Owner(): "1", r3.Owner(): "1"}, "readers")
 				for _, r := range []*RWLock{r1, r2, r3} {
 					must(t, r.RUnlock(ctx))
@@ -567,14 +568,14 @@ func TestRWLockWriterPreference(t *testing.T) {
 		// The write holder's downgrade does not wait for a writer waiting behind it.
 		t.Run("downgrade", func(t *testing.T) {
 			const name = "rw:prefer:downgrade"
-			ctx := testCtx(t, 10*time.Second)
+			ctx := testCtx(t, 60*time.Second)
 			c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
 			w1, w2, r := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
 			must(t, w1.Lock(ctx))
-			wctx := testCtx(t, 5*time.Second)
+			wctx := testCtx(t, 30*time.Second)
 			wrote := rwGo(func() error { return w2.Lock(wctx) })
 			rwClaimed(t, rdb, name, w2.Owner()+":write")
-			must(t, w1.RLock(testCtx(t, time.Second)))
+			must(t, w1.RLock(testCtx(t, 5*time.Second)))
 			must(t, w1.Unlock(ctx))
 			rwEqual(t, rdb, name, map[string]string{"mode": "read", w1.Owner(): "1"}, "downgraded with a writer waiting")
 			if ok, err := r.TryRLock(ctx); ok || err != nil {
@@ -583,7 +584,7 @@ func TestRWLockWriterPreference(t *testing.T) {
 			rwParked(t, c, name, 1)
 			notYet(t, wrote, "the writer behind the downgraded reader")
 			must(t, w1.RUnlock(ctx))
-			must(t, rwResult(t, wrote, 5*time.Second, "writer after the downgraded reader left"))
+			must(t, rwResult(t, wrote, waitFor, "writer after the downgraded reader left"))
 			must(t, w2.Unlock(ctx))
 			rwNoKeys(t, rdb, "after every release")
 		})
@@ -592,16 +593,18 @@ func TestRWLockWriterPreference(t *testing.T) {
 		// its claim's deadline.
 		t.Run("crashed writer", func(t *testing.T) {
 			const name = "rw:prefer:crashed"
-			ctx := testCtx(t, 10*time.Second)
+			ctx := testCtx(t, 60*time.Second)
 			c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second), WithFairLockWaitTimeout(300*time.Millisecond))
-			deadline := time.Now().Add(300 * time.Millisecond)
+			// Live until well after the reader's first attempt on a loaded machine (a 300 ms
+			// claim had lapsed by then).
+			deadline := time.Now().Add(1500 * time.Millisecond)
 			must(t, rdb.Do(ctx, rdb.B().Zadd().Key(rwWritersKey(name)).ScoreMember().
 				ScoreMember(float64(deadline.UnixMilli()), "x:write").Build()).Error())
 			r := c.RWLock(name, Reentrant())
 			if ok, err := r.TryRLock(ctx); ok || err != nil {
 				t.Fatalf("a reader past a live claim: %v, %v; want false, nil", ok, err)
 			}
-			must(t, r.RLock(testCtx(t, 5*time.Second)))
+			must(t, r.RLock(testCtx(t, 30*time.Second)))
 			if now := time.Now(); now.Before(deadline.Add(-20 * time.Millisecond)) {
 				t.Fatalf("the reader got in %v before the claim's deadline", deadline.Sub(now))
 			}
@@ -620,25 +623,28 @@ func TestRWLockWriterPreference(t *testing.T) {
 func TestRWLockWatchdogAndLost(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const timeout = 300 * time.Millisecond
+		// Renewals every 500 ms keep a 1.5 s TTL with a second to spare on a loaded machine.
+		const timeout = 1500 * time.Millisecond
 		const rname, wname, lname = "rw:lost:read", "rw:lost:write", "rw:lost:lease"
-		ctx := testCtx(t, 10*time.Second)
+		ctx := testCtx(t, 30*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 		r, w, leased := c.RWLock(rname, Reentrant()), c.RWLock(wname, Reentrant()), c.RWLock(lname, Reentrant())
 		must(t, r.RLock(ctx))
 		must(t, r.RLock(ctx))
 		must(t, w.Lock(ctx))
-		must(t, leased.RLock(ctx, Lease(200*time.Millisecond)))
-		if ttl := pttl(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)); ttl <= 0 || ttl > 200 {
-			t.Fatalf("leased read hold's timeout key: PTTL %d, want the 200 ms lease", ttl)
+		// Long enough to outlast its acquisition on a loaded machine (200 ms did not), short
+		// enough to run out during the renewals below.
+		must(t, leased.RLock(ctx, Lease(time.Second)))
+		if ttl := pttl(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)); ttl <= 0 || ttl > 1000 {
+			t.Fatalf("leased read hold's timeout key: PTTL %d, want the 1 s lease", ttl)
 		}
 
-		// Several renewal periods (every 100 ms): the kept holds' keys never run out; the
-		// leased one does.
+		// Past the first TTL, over several renewal periods (every 500 ms): the kept holds'
+		// keys never run out; the leased one does.
 		kept := []string{rname, rwTimeoutKey(rname, r.Owner(), 1), rwTimeoutKey(rname, r.Owner(), 2), wname}
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
-		for start := time.Now(); time.Since(start) < 1100*time.Millisecond; <-tick.C {
+		for start := time.Now(); time.Since(start) < timeout+timeout/3; <-tick.C {
 			for _, k := range kept {
 				if ttl := pttl(t, rdb, k); ttl <= 0 {
 					t.Fatalf("%s: PTTL %d after %v held, want > 0 (renewed)", k, ttl, time.Since(start))
@@ -646,7 +652,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 			}
 		}
 		if exists(t, rdb, lname) || exists(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)) {
-			t.Fatal("a read hold with a 200 ms lease still there after 1 s")
+			t.Fatal("a read hold with a 1 s lease still there after 2 s")
 		}
 		rlost, wlost := r.RLost(), w.Lost()
 		if isClosed(rlost) || isClosed(wlost) || isClosed(w.RLost()) {
@@ -665,7 +671,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 		}
 		wantLost(t, "RUnlock after the lock was deleted", r.RUnlock(ctx), rlost)
 		wantLost(t, "Unlock after the lock was deleted", w.Unlock(ctx), wlost)
-		eventually(t, 2*time.Second, "the lost read holds' timeout keys expire", func() bool {
+		eventually(t, timeout+5*time.Second, "the lost read holds' timeout keys expire", func() bool {
 			return len(rwKeys(t, rdb)) == 0
 		})
 
@@ -948,7 +954,7 @@ func TestRWLockWritersTakingTurnsLetReadersIn(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name = "rw:writer-turns"
-		ctx := testCtx(t, 20*time.Second)
+		ctx := testCtx(t, 90*time.Second)
 		stop := make(chan struct{})
 		var wg gosync.WaitGroup
 		for range 2 {
@@ -978,7 +984,8 @@ func TestRWLockWritersTakingTurnsLetReadersIn(t *testing.T) {
 		rc, _ := newClient(t, b.Addr)
 		r := rc.RWLock(name, Reentrant())
 		for i := range 3 {
-			ok, err := r.TryRLock(ctx, WaitTime(2*time.Second))
+			// Seconds on a loaded machine; kept out, it never gets in.
+			ok, err := r.TryRLock(ctx, WaitTime(15*time.Second))
 			if !ok || err != nil {
 				close(stop)
 				wg.Wait()

@@ -42,7 +42,7 @@ func lostThenUnreachable(t *testing.T, proxy *redistest.Proxy, marker string, ca
 	proxy.DropReplyAfter([]byte(marker))
 	done := make(chan error, 1)
 	go func() { done <- call() }()
-	eventually(t, 5*time.Second, "the reply dropped", func() bool { return proxy.Dropped() == dropped+1 })
+	eventually(t, waitFor, "the reply dropped", func() bool { return proxy.Dropped() == dropped+1 })
 	proxy.Blackhole(true)
 	return done
 }
@@ -120,7 +120,7 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 		}
 		// The Client cancels it in the background, once Redis answers again.
 		proxy.Blackhole(false)
-		eventually(t, 5*time.Second, "the unknown acquire's 3 permits given back", func() bool {
+		eventually(t, waitFor, "the unknown acquire's 3 permits given back", func() bool {
 			return available(t, ctx, s) == 5
 		})
 		must(t, s.p.lock(ctx))

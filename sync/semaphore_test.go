@@ -101,7 +101,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 func TestSemaphoreNeverOverLimit(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testCtx(t, 2*time.Minute)
 		const name, limit, clients, workers, rounds = "sem-limit", 5, 4, 16, 8
 		var cs []*Client
 		for range clients {
@@ -171,7 +171,7 @@ func TestSemaphoreNeverOverLimit(t *testing.T) {
 // waitersOn waits until c has n local waiters on channel.
 func waitersOn(t *testing.T, c *Client, channel string, n int) {
 	t.Helper()
-	eventually(t, 5*time.Second, fmt.Sprintf("%d waiters on %s", n, channel), func() bool {
+	eventually(t, waitFor, fmt.Sprintf("%d waiters on %s", n, channel), func() bool {
 		return c.mux.Waiters(channel) == n
 	})
 }
@@ -181,7 +181,7 @@ func waitersOn(t *testing.T, c *Client, channel string, n int) {
 func listeningOn(t *testing.T, c *Client, channel string, n int) {
 	t.Helper()
 	waitersOn(t, c, channel, n)
-	eventually(t, 5*time.Second, "subscribed to "+channel, func() bool { return c.mux.Subscribed(channel) })
+	eventually(t, waitFor, "subscribed to "+channel, func() bool { return c.mux.Subscribed(channel) })
 }
 
 // Within a Client, waiters are served in arrival order: a small request does not overtake
@@ -249,7 +249,7 @@ func TestSemaphoreWaiterThatLeavesPassesItsTurn(t *testing.T) {
 		must(t, err)
 		defer spy.Close()
 		must(t, s.Release(ctx, 1)) // the large request is woken, and cannot be served
-		eventually(t, 5*time.Second, "the large request took its wake-up", func() bool {
+		eventually(t, waitFor, "the large request took its wake-up", func() bool {
 			return spy.Last() == "1" && c.mux.Pending(s.channel) == 0
 		})
 		cancelBig()

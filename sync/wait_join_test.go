@@ -14,7 +14,7 @@ import (
 // that joins is not woken by the confirmation.
 func subscribed(t *testing.T, c *Client, channel string) {
 	t.Helper()
-	eventually(t, 5*time.Second, "channel subscribed", func() bool { return c.mux.Subscribed(channel) })
+	eventually(t, waitFor, "channel subscribed", func() bool { return c.mux.Subscribed(channel) })
 }
 
 // heldWithWaiter takes name with one handle and parks a second handle of the same Client on
@@ -29,7 +29,7 @@ func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (
 	t.Cleanup(cancel)
 	result := make(chan error, 1)
 	go func() { result <- c.Lock(name).Lock(otherCtx) }()
-	eventually(t, 5*time.Second, "other handle waiting", func() bool { return c.mux.Waiters(holder.clientCh) == 1 })
+	eventually(t, waitFor, "other handle waiting", func() bool { return c.mux.Waiters(holder.clientCh) == 1 })
 	subscribed(t, c, holder.clientCh)
 	return holder, result
 }
@@ -44,19 +44,20 @@ func TestReentryNotQueuedBehindWaiters(t *testing.T) {
 		c, _ := newClient(t, b.Addr)
 		holder, done := heldWithWaiter(t, ctx, c, "join:reentry")
 
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		// Seconds on a loaded machine; a re-entry queued behind the waiter takes 30 s.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		start := time.Now()
 		if err := holder.Lock(rctx); err != nil {
 			t.Fatalf("re-entrant Lock by the holder: %v after %v (queued behind a waiter that can only be woken by this holder's release)", err, time.Since(start).Round(time.Millisecond))
 		}
-		if d := time.Since(start); d > time.Second {
+		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("re-entry took %v", d)
 		}
 		// TryLock with a wait time and a shorter ctx: never attempts at all.
-		tctx, tcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
 		defer tcancel()
-		ok, err := holder.TryLock(tctx, WaitTime(time.Second))
+		ok, err := holder.TryLock(tctx, WaitTime(10*time.Second))
 		if !ok || err != nil {
 			t.Fatalf("re-entrant TryLock(WaitTime) = %v, %v; want true, nil", ok, err)
 		}
@@ -77,29 +78,33 @@ func TestReentryNotQueuedBehindWaiters(t *testing.T) {
 func TestJoinedWaiterRechecksAtHolderTTL(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 20*time.Second)
+		t.Parallel()
+		ctx := testCtx(t, 30*time.Second)
 		other, _ := newClient(t, b.Addr) // another process: its lock just expires
 		c, _ := newClient(t, b.Addr)
 		const name = "join:expiry"
-		if err := other.Lock(name).Lock(ctx, Lease(700*time.Millisecond)); err != nil {
+		// A waits long enough to be seen waiting and joined by B on a loaded machine, and
+		// leaves well before the lease expires.
+		const lease, aWait = 3 * time.Second, 1500 * time.Millisecond
+		if err := other.Lock(name).Lock(ctx, Lease(lease)); err != nil {
 			t.Fatal(err)
 		}
 		aDone := make(chan error, 1)
 		go func() {
-			ok, err := c.Lock(name).TryLock(ctx, WaitTime(200*time.Millisecond))
+			ok, err := c.Lock(name).TryLock(ctx, WaitTime(aWait))
 			if ok {
 				err = errors.New("A got a lock that was held")
 			}
 			aDone <- err
 		}()
-		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
+		eventually(t, waitFor, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
 		subscribed(t, c, waitChannel(c, name))
-		bctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		bctx, cancel := context.WithTimeout(ctx, lease+7*time.Second) // not 30 s
 		defer cancel()
 		start := time.Now()
 		err := c.Lock(name).Lock(bctx)
 		if err != nil {
-			t.Fatalf("B: %v after %v; the lock expired at ~700 ms", err, time.Since(start).Round(time.Millisecond))
+			t.Fatalf("B: %v after %v; the lock expired at ~%v", err, time.Since(start).Round(time.Millisecond), lease)
 		}
 		if e := <-aDone; e != nil {
 			t.Fatal(e)
@@ -113,20 +118,23 @@ func TestJoinedWaiterRechecksAtHolderTTL(t *testing.T) {
 func TestJoinedWaiterBehindExpiringHolder(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 20*time.Second)
+		t.Parallel()
+		ctx := testCtx(t, 30*time.Second)
 		c, _ := newClient(t, b.Addr)
 		const name = "join:expiry-chain"
-		if err := c.Lock(name).Lock(ctx, Lease(300*time.Millisecond)); err != nil {
+		// Long enough to outlast an acquisition on a loaded machine (300 ms was not).
+		const lease = 1500 * time.Millisecond
+		if err := c.Lock(name).Lock(ctx, Lease(lease)); err != nil {
 			t.Fatal(err)
 		}
-		go c.Lock(name).Lock(ctx, Lease(300*time.Millisecond)) // A: takes it at ~300 ms, lets it expire at ~600 ms
-		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
+		go c.Lock(name).Lock(ctx, Lease(lease)) // A: takes it at ~1.5 s, lets it expire at ~3 s
+		eventually(t, waitFor, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
 		subscribed(t, c, waitChannel(c, name))
-		bctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		bctx, cancel := context.WithTimeout(ctx, 2*lease+7*time.Second) // not 30 s
 		defer cancel()
 		start := time.Now()
 		if err := c.Lock(name).Lock(bctx); err != nil {
-			t.Fatalf("B: %v after %v; A's lease expired at ~600 ms", err, time.Since(start).Round(time.Millisecond))
+			t.Fatalf("B: %v after %v; A's lease expired at ~%v", err, time.Since(start).Round(time.Millisecond), 2*lease)
 		}
 	})
 }
@@ -158,7 +166,7 @@ func TestJoinedTryLockAttemptsBeforeGivingUp(t *testing.T) {
 			attempt: attemptFunc(func(context.Context) (int64, bool, error) {
 				return 30000, false, nil // A waits behind a holder with 30 s left
 			})})
-		eventually(t, 5*time.Second, "A waiting", func() bool { return c.mux.Waiters(channel) == 1 })
+		eventually(t, waitFor, "A waiting", func() bool { return c.mux.Waiters(channel) == 1 })
 		subscribed(t, c, channel)
 		var calls int
 		ok, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: time.Nanosecond, join: true,

@@ -8,16 +8,19 @@ import (
 	"time"
 )
 
-// fastDemo is the demo scaled down to about a second; the proportions that make each
-// section meaningful are kept (the lock is held over 3x its watchdog timeout).
+// fastDemo is the demo scaled down to a few seconds; the proportions that make each section
+// meaningful are kept (the lock is held over 3x its watchdog timeout). The times are wide
+// enough for a loaded machine: B is blocked in Lock well before A's unlock (after 100 ms B
+// had not always registered its Client), and renewals keep a 1 s lease with time to spare
+// (a 150 ms one was lost).
 func fastDemo() demoConfig {
 	cfg := defaultDemoConfig()
 	cfg.instances = 2
 	cfg.buyers = 10
 	cfg.stock = 8
-	cfg.wakeHold = 100 * time.Millisecond
-	cfg.leaseTimeout = 150 * time.Millisecond
-	cfg.leaseHold = 500 * time.Millisecond
+	cfg.wakeHold = time.Second
+	cfg.leaseTimeout = time.Second
+	cfg.leaseHold = 3100 * time.Millisecond
 	cfg.leaseSamples = 3
 	cfg.callers = 10
 	cfg.permits = 3

@@ -14,18 +14,23 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 )
 
-// tickInterval bounds how stale the server's notion of time can get: a TTL
-// can run out up to one tick early or late, and TIME can lag by one tick.
-// 5ms is well below the lease times a lock test uses, yet cheap enough that
-// the ticker goroutine is negligible next to the tests themselves.
+// tickInterval is how often the clock moves while no command comes, so that
+// keys expire and TIME moves on their own; each command also brings the clock
+// up to date before it runs. 5ms is well below the lease times a lock test
+// uses, yet cheap enough that the ticker goroutine is negligible next to the
+// tests themselves.
 const tickInterval = 5 * time.Millisecond
 
 // Server is a running miniredis plus the goroutine that keeps its clock in
 // step with real time. Create it with Start and release it with Close.
 type Server struct {
 	m *miniredis.Miniredis
+
+	clock sync.Mutex // serialises moves of the clock; taken before m's lock, never under it
+	last  time.Time  // when the clock was last moved; guarded by clock
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -53,18 +58,48 @@ func Start() (*Server, error) {
 	}
 	s := &Server{
 		m:    m,
+		last: start,
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
-	go s.tick(start)
+	// Each command also brings the clock up to date before it runs. The ticker alone lags
+	// on a loaded machine, and its next step would then charge a key set meanwhile for time
+	// that passed before it was set: a TTL ran out 20 ms early with the ticker starved. A
+	// command a script runs finds m locked by the script, and leaves the clock alone: time
+	// stands still within a script, as on real Redis.
+	m.Server().SetPreHook(func(*server.Peer, string, ...string) bool {
+		if m.TryLock() {
+			m.Unlock()
+			s.advance()
+		}
+		return false
+	})
+	go s.tick()
 	return s, nil
 }
 
-// tick advances the miniredis clock until Close is called. Each step
-// forwards exactly the monotonic time elapsed since the previous step, so a
-// late wake-up (a busy machine, the race detector) is caught up on the next
-// tick instead of being lost, and no drift accumulates.
-func (s *Server) tick(last time.Time) {
+// advance moves the clock to now: TTLs forward by exactly the monotonic time elapsed since
+// the previous move, so that no drift accumulates, then TIME.
+func (s *Server) advance() {
+	s.clock.Lock()
+	defer s.clock.Unlock()
+	now := time.Now()
+	d := now.Sub(s.last)
+	if d <= 0 {
+		return
+	}
+	// Forward TTLs before moving TIME: in the gap between the two calls an absolute expiry
+	// (PEXPIREAT) is then computed against the older time, which errs towards keeping a key
+	// slightly longer, as real Redis' lazy expiry does, rather than dropping it early.
+	s.m.FastForward(d)
+	s.m.SetTime(now.UTC())
+	s.last = now
+}
+
+// tick advances the miniredis clock until Close is called, so that keys expire and TIME
+// moves while no command comes. A late wake-up (a busy machine, the race detector) is caught
+// up on the next step instead of being lost.
+func (s *Server) tick() {
 	defer close(s.done)
 	t := time.NewTicker(tickInterval)
 	defer t.Stop()
@@ -74,14 +109,7 @@ func (s *Server) tick(last time.Time) {
 			return
 		case <-t.C:
 		}
-		now := time.Now()
-		// Forward TTLs before moving TIME: in the gap between the two calls
-		// an absolute expiry (PEXPIREAT) is then computed against the older
-		// time, which errs towards keeping a key slightly longer, as real
-		// Redis' lazy expiry does, rather than dropping it early.
-		s.m.FastForward(now.Sub(last))
-		s.m.SetTime(now.UTC())
-		last = now
+		s.advance()
 	}
 }
 

@@ -79,6 +79,41 @@ func TestKeyExpiresInRealTime(t *testing.T) {
 	}
 }
 
+// TestClockCurrentWhileTickerStalls stands a ticker starved by a loaded machine: the
+// commands themselves keep the clock current, so a key set meanwhile is neither charged
+// for time that passed before it was set nor kept past its TTL.
+func TestClockCurrentWhileTickerStalls(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Stop the ticker, and leave Close something to stop.
+	close(s.stop)
+	<-s.done
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	close(s.done)
+
+	time.Sleep(50 * time.Millisecond) // time the ticker did not forward
+	const ttl = 200 * time.Millisecond
+	setAt := time.Now()
+	if err := c.Do(ctx, c.B().Set().Key("k").Value("v").PxMilliseconds(ttl.Milliseconds()).Build()).Error(); err != nil {
+		t.Fatalf("SET PX: %v", err)
+	}
+	for {
+		n, err := c.Do(ctx, c.B().Exists().Key("k").Build()).AsInt64()
+		if err != nil {
+			t.Fatalf("EXISTS with PX %v, %v after the SET: %v", ttl, time.Since(setAt), err)
+		}
+		if n == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if gone := time.Since(setAt); gone < ttl {
+		t.Fatalf("key with PX %v expired after only %v", ttl, gone)
+	}
+}
+
 func TestTimeFollowsWallClock(t *testing.T) {
 	s := startServer(t)
 	c := newClient(t, s)

@@ -410,8 +410,8 @@ func TestOutageLateAcquireIsGivenBack(t *testing.T) {
 		admin := b.Client(t)
 		p := redistest.NewProxy(t, b.Addr)
 		c, _ := newClient(t, p.Addr())
-		l := c.Lock(name)
-		must(t, l.Lock(ctx)) // a first script: Redis has it, and the connection is up
+		l := c.Lock(name, Reentrant()) // one owner: its next call waits for the late reply's give-back
+		must(t, l.Lock(ctx))           // a first script: Redis has it, and the connection is up
 		must(t, l.Unlock(ctx))
 
 		p.Hang(true)

@@ -25,7 +25,10 @@ type contender struct {
 	name string
 	peer bool   // a library latchkey is compared against (not latchkey itself)
 	note string // why the row has no figures, when open is nil
-	open func(addr string) (session, error)
+	// pattern: one of latchkey's handle patterns (a handle per request, one shared), shown in
+	// the tables; the charts compare libraries.
+	pattern bool
+	open    func(addr string) (session, error)
 }
 
 type session interface {
@@ -46,10 +49,10 @@ func contenders() []contender {
 	return []contender{
 		{name: "latchkey", open: openLatchkey(false)},
 		{name: "latchkey fair", open: openLatchkey(true)},
-		{name: "latchkey per request", open: openLatchkeyPattern(false, perRequest)},
-		{name: "latchkey shared", open: openLatchkeyPattern(false, shared)},
-		{name: "latchkey fair per request", open: openLatchkeyPattern(true, perRequest)},
-		{name: "latchkey fair shared", open: openLatchkeyPattern(true, shared)},
+		{name: "latchkey per request", pattern: true, open: openLatchkeyPattern(false, perRequest)},
+		{name: "latchkey shared", pattern: true, open: openLatchkeyPattern(false, shared)},
+		{name: "latchkey fair per request", pattern: true, open: openLatchkeyPattern(true, perRequest)},
+		{name: "latchkey fair shared", pattern: true, open: openLatchkeyPattern(true, shared)},
 		{name: "redsync", peer: true, open: openRedsync},
 		{name: "redislock 10ms", peer: true, open: openRedislock(10 * time.Millisecond)},
 		{name: "redislock 100ms", peer: true, open: openRedislock(100 * time.Millisecond)},

@@ -498,7 +498,7 @@ func barChart(res *results, path, title string, value func(contendedResult) floa
 	var names []string
 	var ran []row
 	for _, r := range res.rows {
-		if r.c.open != nil && r.err == nil && len(r.contended) == len(res.opts.contended) {
+		if r.c.open != nil && r.err == nil && !r.c.pattern && len(r.contended) == len(res.opts.contended) {
 			names = append(names, r.c.name)
 			ran = append(ran, r)
 		}

@@ -42,7 +42,7 @@ func holdContext(parent context.Context, lease *watchdog.Lease, o *owner) (conte
 }
 
 // holdEnd is why a hold whose lease ended is over.
-func holdEnd(lease interface{ Lost() <-chan struct{} }) error {
+func holdEnd(lease *watchdog.Lease) error {
 	select {
 	case <-lease.Lost():
 		return ErrLockLost

@@ -31,12 +31,6 @@ type hold[T comparable] struct {
 	overlapped bool // another hold of the handle began while it was held: one of them was lost
 }
 
-// valid reports whether the hold's lease is ahead, now, by the monotonic clock.
-func (h hold[T]) valid() bool {
-	d, ok := h.lease.Deadline()
-	return ok && time.Now().Before(d)
-}
-
 // push records a hold taken as o, whose lease is lease.
 func (h *holds[T]) push(o T, lease *watchdog.Lease) {
 	h.mu.Lock()
@@ -112,7 +106,7 @@ func (h *holds[T]) valid() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, x := range h.list {
-		if !x.valid() {
+		if !live(x.lease) {
 			return false
 		}
 	}

@@ -1074,19 +1074,16 @@ func (o *owner) leaseLost() bool {
 }
 
 // valid reports whether the current hold's lease is ahead, now, by the monotonic clock.
-func (o *owner) valid() bool {
-	d, ok := o.deadline()
-	return ok && time.Now().Before(d)
-}
+func (o *owner) valid() bool { return live(o.lease.Load()) }
 
-// deadline returns when the current hold's lease ends unless renewed, and false when there
-// is no hold or its lease is lost.
-func (o *owner) deadline() (time.Time, bool) {
-	l := o.lease.Load()
-	if l == nil {
-		return time.Time{}, false
+// live reports whether lease (nil: none) is ahead, now, by the monotonic clock, as last
+// confirmed by Redis, and no loss of it is known.
+func live(lease *watchdog.Lease) bool {
+	if lease == nil {
+		return false
 	}
-	return l.Deadline()
+	d, ok := lease.Deadline()
+	return ok && time.Now().Before(d)
 }
 
 // lostCh is Lost: the current (or last) hold's Lost channel, nil before the first.

@@ -96,10 +96,7 @@ func (p *Permits) Lost() <-chan struct{} {
 
 // Valid reports whether the permits' lease is ahead now by the monotonic clock, as last
 // confirmed by Redis, and no loss is known. After Release it is false.
-func (p *Permits) Valid() bool {
-	d, ok := p.Deadline()
-	return ok && time.Now().Before(d)
-}
+func (p *Permits) Valid() bool { return p.held() && live(p.lease) }
 
 // Deadline returns when the permits' lease ends unless renewed, as last confirmed by Redis,
 // and false once they are released or their lease is lost.

@@ -19,6 +19,7 @@ import (
 func TestPermitAcquireMostPermits(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		ctx := testCtx(t, 2*time.Minute)
 		// Miniredis runs the 4096-permit scripts in seconds, more on a loaded machine: past
 		// rueidis's default 10 s read timeout there.
@@ -70,7 +71,7 @@ func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "review-buried"
 		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(600*time.Millisecond))
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
 		warmCounters(t, c)
 		s := c.Semaphore(name)
 		must(t, s.SetPermits(ctx, 5))
@@ -116,7 +117,7 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "settle-background"
 		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(300*time.Millisecond))
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
 		warmCounters(t, c)
 		admin := b.Client(t)
 		s := c.Semaphore(name)
@@ -175,15 +176,16 @@ func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
 		c, rdb := newClient(t, b.Addr)
 		s := c.PermitSemaphore(name)
 		must(t, s.SetPermits(ctx, 2))
-		// Long enough to outlast its acquisition on a loaded machine (150 ms did not).
-		if _, err := s.Acquire(ctx, 1, Lease(time.Second)); err != nil {
+		// Long enough to outlast its acquisition on a loaded machine (150 ms did not, nor 1 s
+		// under two CPU hogs and -race).
+		if _, err := s.Acquire(ctx, 1, Lease(5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		// A Redisson process takes the other permit without a lease (§5.2: score 922337203685477).
 		must(t, rdb.Do(ctx, rdb.B().Decrby().Key(name).Decrement(1).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(s.timeouts).ScoreMember().ScoreMember(922337203685477, string(make([]byte, 16))).Build()).Error())
 
-		// The first waiter wants 2: its first attempt hints at the 1 s lease; its attempt
+		// The first waiter wants 2: its first attempt hints at the 5 s lease; its attempt
 		// then reclaims that permit and finds only the one that never expires (no new hint).
 		// It waits on past the second waiter's second, however loaded the machine, until the
 		// test ends its wait.
@@ -268,6 +270,7 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "review-first-stale"
+		const lease = 5 * time.Second // A's: 1.5 s ran out before a slow acquire returned
 		c, _ := newClient(t, b.Addr)
 		s := c.PermitSemaphore(name)
 		must(t, s.SetPermits(ctx, 1))
@@ -278,7 +281,7 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 		go func() {
 			// Then never released. Long enough for the acquire to return within it on a loaded
 			// machine (200 ms was not), far shorter than B's 30 s timer.
-			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(1500*time.Millisecond))
+			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(lease))
 			a <- err
 		}()
 		listeningOn(t, c, s.channel, 1)
@@ -290,14 +293,14 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 			}
 		}()
 		waitersOn(t, c, s.channel, 2)
-		must(t, held.Release(ctx)) // A is served; its permit's lease ends 1.5 s later
+		must(t, held.Release(ctx)) // A is served; its permit's lease ends a lease later
 		must(t, <-a)
-		expired := time.Now().Add(1500 * time.Millisecond)
+		expired := time.Now().Add(lease)
 		select {
 		case at := <-bDone:
 			t.Logf("B served %v after A's permit expired", at.Sub(expired))
-		case <-time.After(10 * time.Second):
-			t.Fatalf("B not served 8.5 s after A's 1.5 s permit expired (waits for its 30 s timer)")
+		case <-time.After(lease + 10*time.Second):
+			t.Fatalf("B not served 10 s after A's %v permit expired (waits for its 30 s timer)", lease)
 		}
 	})
 }

@@ -110,7 +110,7 @@ func TestFairLeaveAfterUnsettledReleaseTakesNothing(t *testing.T) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "fair:leave-unsettled"
 		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr(), WithRetryBudget(100*time.Millisecond))
+		c, _ := newClient(t, p.addr(), WithRetryBudget(shortBudget))
 		admin := b.Client(t)
 		l := c.FairLock(name, Reentrant())
 		must(t, l.Lock(ctx))

@@ -130,6 +130,7 @@ func fairAwait(t *testing.T, done <-chan error, within time.Duration, what strin
 func TestFairLockExclusion(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		const clients, goroutines, cycles, name = 4, 8, 5, "fair:exclusion"
 		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
@@ -194,6 +195,7 @@ func TestFairLockExclusion(t *testing.T) {
 func TestFairLockFIFOAcrossClients(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		const clients, goroutines, cycles, name = 4, 8, 5, "fair:fifo"
 		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
@@ -779,16 +781,19 @@ func TestFairLockRedissonWireCompatibility(t *testing.T) {
 		const name, java = "fair:orders", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
-		// A 30 s watchdog and wait time: our waiter re-checks by itself only after 10 s.
-		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
+		// A 30 s watchdog and a 3-minute wait time, under a Java hold of minutes: our waiter
+		// re-checks by itself only 30 s after its last attempt (the watchdog timeout), and a
+		// wake within waitFor of the release is the message's, however loaded the machine (a
+		// 10 s re-check was too near to tell apart under two CPU hogs).
+		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second), WithFairLockWaitTimeout(3*time.Minute))
 		attempts := fairCountAttempts(c)
 		mu := c.FairLock(name, Reentrant())
 		ownChannel := "redisson_lock__channel:{fair:orders}:" + mu.Owner()
 
 		// (a) A Java thread holds the lock; our waiter queues in Redisson's layout.
 		must(t, admin.Do(ctx, admin.B().Hset().Key(name).FieldValue().FieldValue(java, "1").Build()).Error())
-		must(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
-		waitCtx := testCtx(t, 5*time.Second)
+		must(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(180000).Build()).Error())
+		waitCtx := testCtx(t, waitFor)
 		done := fairStartLock(waitCtx, mu)
 		fairAwaitQueue(t, admin, name, mu.Owner())
 		eventually(t, waitFor, "our waiter subscribed to "+ownChannel, func() bool {
@@ -808,11 +813,11 @@ func TestFairLockRedissonWireCompatibility(t *testing.T) {
 		if n := mustInt(t, admin.Do(ctx, admin.B().Publish().Channel(ownChannel).Message("0").Build())); n != 1 {
 			t.Fatalf("the Java release reached %d subscribers, want our waiter", n)
 		}
-		if err := fairAwait(t, done, 6*time.Second, "our waiter after the Java release"); err != nil {
-			t.Fatalf("our waiter after a Redisson-style release (its own re-check is 10 s away): %v", err)
+		if err := fairAwait(t, done, waitFor, "our waiter after the Java release"); err != nil {
+			t.Fatalf("our waiter after a Redisson-style release (its own re-check is 30 s away): %v", err)
 		}
-		if d := time.Since(released); d > 2*time.Second {
-			t.Fatalf("woken %v after the Java release", d)
+		if d := time.Since(released); d > waitFor {
+			t.Fatalf("woken %v after the Java release (its own re-check is 30 s away)", d)
 		}
 
 		// (c) Held: the hash is Redisson's, with the watchdog lease; no place is left.

@@ -425,10 +425,16 @@ func TestQueuedWaiterHearsRedissonReleaseAfterTheOneAheadLeft(t *testing.T) {
 		const name = "queued-java"
 		c, rdb := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
 		redissonHolds(t, ctx, rdb, name)
+		attempts := countAttempts(c)
 		leaveCtx, leave := context.WithCancel(ctx)
 		first := lockAsync(leaveCtx, c.Lock(name))
-		eventually(t, waitFor, "the first waiter on Redisson's channel", func() bool {
-			return numsub(t, b, c, lockChannel(name)) == 1
+		// Settled: its first attempt, and the ones the confirmations of its two subscriptions
+		// (its Client's channel, then Redisson's) wake, all answered. One still on its way when
+		// the wait ends is awaited 25 ms at most, and its outcome is then unknown: the leave
+		// below would not return context.Canceled alone (a loaded machine answered the third
+		// attempt after the server counted the subscription).
+		eventually(t, waitFor, "the first waiter on Redisson's channel, its attempts answered", func() bool {
+			return numsub(t, b, c, lockChannel(name)) == 1 && attempts.Load() >= 3
 		})
 		second := lockAsync(ctx, c.Lock(name))
 		eventually(t, waitFor, "the second waiter queued", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 2 })

@@ -144,6 +144,7 @@ func notYet(t *testing.T, done <-chan error, what string) {
 func TestRWLockInvariantsUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		const clients, goroutines, cycles, name, data = 4, 8, 6, "rw:invariants", "rw:invariants:data"
 		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
@@ -622,8 +623,11 @@ func TestRWLockWriterPreference(t *testing.T) {
 func TestRWLockWatchdogAndLost(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// Renewals every 500 ms keep a 1.5 s TTL with a second to spare on a loaded machine.
-		const timeout = 1500 * time.Millisecond
+		t.Parallel()
+		// Renewals every 2 s keep a 6 s TTL with 4 s to spare on a loaded machine (1.5 s
+		// renewed every 500 ms was lost under two CPU hogs).
+		const timeout = 6 * time.Second
+		const lease = 3 * time.Second // the leased read hold's
 		const rname, wname, lname = "rw:lost:read", "rw:lost:write", "rw:lost:lease"
 		ctx := testCtx(t, 30*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
@@ -633,13 +637,13 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 		must(t, w.Lock(ctx))
 		// Long enough to outlast its acquisition on a loaded machine (200 ms did not), short
 		// enough to run out during the renewals below.
-		must(t, leased.RLock(ctx, Lease(time.Second)))
-		if ttl := pttl(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)); ttl <= 0 || ttl > 1000 {
-			t.Fatalf("leased read hold's timeout key: PTTL %d, want the 1 s lease", ttl)
+		must(t, leased.RLock(ctx, Lease(lease)))
+		if ttl := pttl(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)); ttl <= 0 || ttl > lease.Milliseconds() {
+			t.Fatalf("leased read hold's timeout key: PTTL %d, want the %v lease", ttl, lease)
 		}
 
-		// Past the first TTL, over several renewal periods (every 500 ms): the kept holds'
-		// keys never run out; the leased one does.
+		// Past the first TTL, over several renewal periods (every 2 s): the kept holds' keys
+		// never run out; the leased one does.
 		kept := []string{rname, rwTimeoutKey(rname, r.Owner(), 1), rwTimeoutKey(rname, r.Owner(), 2), wname}
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
@@ -651,7 +655,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 			}
 		}
 		if exists(t, rdb, lname) || exists(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)) {
-			t.Fatal("a read hold with a 1 s lease still there after 2 s")
+			t.Fatalf("a read hold with a %v lease still there after %v", lease, timeout+timeout/3)
 		}
 		rlost, wlost := r.RLost(), w.Lost()
 		if isClosed(rlost) || isClosed(wlost) || isClosed(w.RLost()) {
@@ -670,7 +674,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 		}
 		wantLost(t, "RUnlock after the lock was deleted", r.RUnlock(ctx), rlost)
 		wantLost(t, "Unlock after the lock was deleted", w.Unlock(ctx), wlost)
-		eventually(t, timeout+5*time.Second, "the lost read holds' timeout keys expire", func() bool {
+		eventually(t, timeout+waitFor, "the lost read holds' timeout keys expire", func() bool {
 			return len(rwKeys(t, rdb)) == 0
 		})
 

@@ -10,8 +10,8 @@ import (
 )
 
 // masters starts n independent servers of b's kind, each behind a fault proxy, with a
-// Client on each.
-func masters(t *testing.T, b *redistest.Backend, n int) ([]*redistest.Proxy, []*Client) {
+// Client on each, whose retry budget is budget.
+func masters(t *testing.T, b *redistest.Backend, n int, budget time.Duration) ([]*redistest.Proxy, []*Client) {
 	t.Helper()
 	var proxies []*redistest.Proxy
 	var cs []*Client
@@ -21,7 +21,7 @@ func masters(t *testing.T, b *redistest.Backend, n int) ([]*redistest.Proxy, []*
 			srv = redistest.Redis(t)
 		}
 		p := redistest.NewProxy(t, srv.Addr)
-		c, _ := newClient(t, p.Addr(), WithRetryBudget(100*time.Millisecond))
+		c, _ := newClient(t, p.Addr(), WithRetryBudget(budget))
 		proxies = append(proxies, p)
 		cs = append(cs, c)
 	}
@@ -44,7 +44,9 @@ func TestRedLockQuorum(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "red"
-		proxies, cs := masters(t, b, 5)
+		// A live master's requests are awaited shortBudget (2 s, with 100 ms, was not
+		// enough for a loaded machine's Unlock); a dead one's end with the red round anyway.
+		proxies, cs := masters(t, b, 5, shortBudget)
 		proxies[0].Blackhole(true)
 		proxies[3].Blackhole(true)
 		first := redLock(cs, name)
@@ -102,7 +104,7 @@ func TestRedLockExclusionUnderPartitions(t *testing.T) {
 		cpuBound(t)
 		ctx := testCtx(t, 60*time.Second)
 		const name = "red-partitions"
-		proxies, cs := masters(t, b, 5)
+		proxies, cs := masters(t, b, 5, 100*time.Millisecond)
 		var other []*Client // the second contender's Client on every master
 		for _, p := range proxies {
 			c, _ := newClient(t, p.Addr(), WithRetryBudget(100*time.Millisecond))

@@ -39,19 +39,19 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 const waitFor = 20 * time.Second
 
 // cpuTurns are the turns of the CPU-bound tests (see cpuBound): one under the race detector,
-// which makes them several times as costly, two otherwise.
+// which makes them several times as costly, three otherwise.
 var cpuTurns = make(chan struct{}, cpuTurnCount())
 
 func cpuTurnCount() int {
 	if raceDetector {
 		return 1
 	}
-	return 2
+	return 3
 }
 
 // cpuBound makes the test, a CPU-bound one (hundreds of goroutines contending for a lock,
 // thousands of permits in one script, scripts repeated under faults), wait for a turn and
-// keep it to its end: such tests run one or two at a time (cpuTurns), beside the package's
+// keep it to its end: such tests run one or three at a time (cpuTurns), beside the package's
 // other tests but not beside all the others of their kind. All at once they kept both CPUs
 // busy for tens of seconds under -race, and the tests beside them, which time leases,
 // renewals and waits, saw their process's goroutines run seconds late (under two CPU hogs a

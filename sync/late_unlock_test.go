@@ -228,7 +228,11 @@ func TestUnknownUnlockThenLateRunsChangeNothing(t *testing.T) {
 		}
 		p.disarm()
 		if !exists(t, other.rdb, "unknown-unlock") {
-			t.Fatal("the lock is gone though no run of the release reached Redis")
+			// The latch's mark is the number of the last release that ran: the failed one's
+			// if a run of it reached Redis after all.
+			mark, merr := other.rdb.Do(ctx, other.rdb.B().Get().Key(l.o.latch).Build()).ToString()
+			t.Fatalf("the lock is gone though no run of the release reached Redis (%d runs held back; the latch's mark %q (%v), the failed release's number %d)",
+				p.holding(), mark, merr, l.o.reqs)
 		}
 		must(t, l.Lock(ctx))
 		if n := p.release(); n == 0 {

@@ -3,21 +3,27 @@ package sync
 import (
 	goflag "flag"
 	"os"
+	"strconv"
 	"testing"
 )
 
-// TestMain runs up to 32 tests at once unless -test.parallel says otherwise: they spend their
-// time waiting on Redis, timers and pub/sub, not on the CPU, so the default (GOMAXPROCS, 2 on
-// a small machine) leaves the package waiting most of its run — the more so since leases that
-// must outlast a loaded machine's delays are seconds long. The CPU-bound tests run one at a
-// time (cpuBound), and those waiting their turn hold a slot each (18 at most): 32 leaves the
-// others some 16 at once.
+// TestMain runs up to 64 tests at once (32 under the race detector) unless -test.parallel
+// says otherwise: they spend their time waiting on Redis, timers and pub/sub, not on the CPU,
+// so the default (GOMAXPROCS, 2 on a small machine) leaves the package waiting most of its
+// run — the more so since leases that must outlast a loaded machine's delays are seconds
+// long. The CPU-bound tests take turns (cpuBound), and those waiting for one hold a slot each
+// (18 at most). Under the race detector the CPU is what the package waits for: more tests at
+// once would only make each one's replies and renewals later.
 func TestMain(m *testing.M) {
 	goflag.Parse()
 	set := false
 	goflag.Visit(func(f *goflag.Flag) { set = set || f.Name == "test.parallel" })
 	if !set {
-		if err := goflag.Set("test.parallel", "32"); err != nil {
+		n := 64
+		if raceDetector {
+			n = 32
+		}
+		if err := goflag.Set("test.parallel", strconv.Itoa(n)); err != nil {
 			panic(err)
 		}
 	}

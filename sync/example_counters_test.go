@@ -113,14 +113,14 @@ func ExampleClient_PermitSemaphore() {
 	if _, err := slots.TrySetPermits(ctx, 2); err != nil {
 		log.Fatal(err)
 	}
-	p, err := slots.Acquire(ctx, 1, dsync.Lease(time.Second)) // a worker that will "crash"
+	p, err := slots.Acquire(ctx, 1, dsync.Lease(2*time.Second)) // a worker that will "crash"
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("permit IDs:", len(p.IDs()), "of", len(p.IDs()[0]), "hex characters")
 
 	// Both slots, waiting for the crashed worker's to come back at the end of its lease.
-	both, ok, err := slots.TryAcquire(ctx, 2, dsync.WaitTime(10*time.Second))
+	both, ok, err := slots.TryAcquire(ctx, 2, dsync.WaitTime(20*time.Second))
 	if err != nil || !ok {
 		log.Fatal("both slots: ", ok, err)
 	}
@@ -200,11 +200,11 @@ func ExampleClient_FencedLock() {
 	}
 
 	slow := c.FencedLock("report")
-	t1, err := slow.LockToken(ctx, dsync.Lease(time.Second))
+	t1, err := slow.LockToken(ctx, dsync.Lease(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
-	time.Sleep(time.Second) // a pause past the lease: the lock expires
+	time.Sleep(2 * time.Second) // a pause past the lease: the lock expires
 
 	fast := c.FencedLock("report")
 	t2, err := fast.LockToken(ctx)

@@ -134,7 +134,7 @@ func ExampleLock_TryLock() {
 func ExampleLock_Lost() {
 	rdb, stop := newRedis()
 	defer stop()
-	c, err := dsync.New(rdb, dsync.WithWatchdogTimeout(1500*time.Millisecond))
+	c, err := dsync.New(rdb, dsync.WithWatchdogTimeout(3*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func ExampleLock_Lost() {
 	select {
 	case <-mu.Lost():
 		fmt.Println("lease lost; stopping the job")
-	case <-time.After(5 * time.Second):
+	case <-time.After(20 * time.Second):
 		fmt.Println("still held")
 	}
 	// Output:
@@ -172,11 +172,11 @@ func ExampleLock_Valid() {
 	ctx := context.Background()
 
 	mu := c.Lock("ledger")
-	if err := mu.Lock(ctx, dsync.Lease(time.Second)); err != nil {
+	if err := mu.Lock(ctx, dsync.Lease(2*time.Second)); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("valid while held:", mu.Valid())
-	time.Sleep(time.Second) // a stall as long as the lease, which began before Lock returned
+	time.Sleep(2 * time.Second) // a stall as long as the lease, which began before Lock returned
 	fmt.Println("valid after the lease ran out:", mu.Valid())
 	err = mu.Unlock(ctx)
 	fmt.Println("unlock:", errors.Is(err, dsync.ErrLockLost))

@@ -336,9 +336,9 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 func TestFairLockDeadWaiterPlaceLapses(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// The live waiter attempts every 500 ms, so its own place never lapses, however loaded
-		// the machine.
-		const wait, name, dead = 1500 * time.Millisecond, "fair:dead", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
+		// The live waiter attempts every 2 s, so its own place (6 s) never lapses on a loaded
+		// machine.
+		const wait, name, dead = 6 * time.Second, "fair:dead", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 		ctx := testCtx(t, 30*time.Second)
 		admin := b.Client(t)
 		holderC, _ := newClient(t, b.Addr)
@@ -359,7 +359,7 @@ func TestFairLockDeadWaiterPlaceLapses(t *testing.T) {
 		deadline := time.Now().Add(300 * time.Millisecond).UnixMilli()
 		must(t, admin.Do(ctx, admin.B().Zadd().Key(fairTimeoutKey(name)).Xx().ScoreMember().
 			ScoreMember(float64(deadline), dead).Build()).Error())
-		if err := fairAwait(t, done, 10*time.Second, "live waiter"); err != nil {
+		if err := fairAwait(t, done, waitFor, "live waiter"); err != nil {
 			t.Fatalf("the live waiter behind a dead place: %v", err)
 		}
 		if now := time.Now().UnixMilli(); now < deadline {
@@ -378,9 +378,9 @@ func TestFairLockLiveWaitersKeepPlaces(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		t.Parallel()
-		// Attempts every 500 ms keep a 1.5 s place with a second to spare on a loaded machine
-		// (300 ms places were lost to a late attempt).
-		const wait, name = 1500 * time.Millisecond, "fair:keep"
+		// Attempts every second keep a 3 s place with 2 s to spare on a loaded machine (300 ms
+		// places were lost to a late attempt).
+		const wait, name = 3 * time.Second, "fair:keep"
 		const hold = 5 * wait
 		ctx := testCtx(t, 60*time.Second)
 		admin := b.Client(t)

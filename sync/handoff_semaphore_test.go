@@ -41,7 +41,7 @@ func TestSemaphoreHandoffWakesNextWaiter(t *testing.T) {
 		big := make(chan error, 1)
 		go func() { big <- c.Semaphore(name).Acquire(ctx, 2) }() // cannot be served: 1 < 2
 		waitersOn(t, c, s.channel, 1)
-		smallCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		smallCtx, cancel := context.WithTimeout(ctx, waitFor) // its re-check is 30 s away
 		defer cancel()
 		small := make(chan error, 1)
 		go func() { small <- c.Semaphore(name).Acquire(smallCtx, 1) }() // queued behind big
@@ -52,7 +52,7 @@ func TestSemaphoreHandoffWakesNextWaiter(t *testing.T) {
 			t.Fatalf("big: %v", err)
 		}
 		if err := <-small; err != nil {
-			t.Fatalf("small (wants 1, Redis has 1) not served within 3 s: %v", err)
+			t.Fatalf("small (wants 1, Redis has 1) not served within %v (its re-check is 30 s away): %v", waitFor, err)
 		}
 	})
 }

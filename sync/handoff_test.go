@@ -324,7 +324,7 @@ func TestHandoffRunIsCapped(t *testing.T) {
 					}
 					select {
 					case holder = <-acquired:
-					case <-time.After(10 * time.Second):
+					case <-time.After(waitFor):
 						t.Fatal("no waiter acquired after a release")
 					}
 					published = append(published, len(sub.published(t, ctx)) > 0)
@@ -380,7 +380,7 @@ func TestHandoffDoesNotStarveOtherClients(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, 10*time.Second, "the busy Client contending", func() bool { return loops.Load() > 50 })
+	eventually(t, waitFor, "the busy Client contending", func() bool { return loops.Load() > 50 })
 	mu := other.Lock("hot")
 	if ok, err := mu.TryLock(ctx, WaitTime(20*time.Second)); !ok || err != nil {
 		t.Fatalf("the other Client's waiter starved: %v, %v (busy Client made %d acquisitions)", ok, err, loops.Load())

@@ -211,14 +211,14 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 	})
 }
 
-// With a 30 s watchdog timeout, a waiter that got the lock within 2 s of the unlock was woken
-// by the release message, not by its TTL fallback.
+// With re-checks a minute apart (fairSlow), a waiter that got the lock within waitFor of the
+// unlock was woken by the release message, not by its fallback.
 func TestWaiterWokenByUnlockMessage(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
-		holderC, _ := newClient(t, b.Addr)
-		waiterC, _ := newClient(t, b.Addr)
+		holderC, _ := newClient(t, b.Addr, fairSlow()...)
+		waiterC, _ := newClient(t, b.Addr, fairSlow()...)
 		holder := holderC.Lock("wake")
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
@@ -241,11 +241,11 @@ func TestWaiterWokenByUnlockMessage(t *testing.T) {
 		}
 		select {
 		case at := <-got:
-			if d := at.Sub(unlocked); d > 2*time.Second {
-				t.Fatalf("waiter took %v after the unlock", d)
+			if d := at.Sub(unlocked); d > waitFor {
+				t.Fatalf("waiter took %v after the unlock (its fallback is a minute away)", d)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("waiter not woken within 5 s of the unlock (its TTL fallback is 30 s)")
+		case <-time.After(waitFor):
+			t.Fatalf("waiter not woken within %v of the unlock (its fallback is a minute away)", waitFor)
 		}
 		if err := waiter.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -269,12 +269,15 @@ func TestRedissonWireCompatibility(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
-		c, rdb := newClient(t, b.Addr)
+		// The default watchdog, whose lease is Redisson's; a waiter keeps its registration alive
+		// only a minute apart, and under a Java hold of minutes re-checks 30 s after its last
+		// attempt: woken within waitFor of the Java unlock, it was woken by the message.
+		c, rdb := newClient(t, b.Addr, WithFairLockWaitTimeout(3*time.Minute))
 		const javaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 
 		// A Java thread holds "orders".
 		rdb.Do(ctx, rdb.B().Hincrby().Key("orders").Field(javaOwner).Increment(1).Build())
-		rdb.Do(ctx, rdb.B().Pexpire().Key("orders").Milliseconds(30000).Build())
+		rdb.Do(ctx, rdb.B().Pexpire().Key("orders").Milliseconds(180000).Build())
 		mu := c.Lock("orders")
 		if ok, err := mu.TryLock(ctx); ok || err != nil {
 			t.Fatalf("TryLock over a Redisson holder: %v, %v; want false, nil", ok, err)
@@ -303,10 +306,10 @@ return 1`)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := time.Since(unlocked); d > 2*time.Second {
-				t.Fatalf("woken %v after the Java unlock", d)
+			if d := time.Since(unlocked); d > waitFor {
+				t.Fatalf("woken %v after the Java unlock (its own re-check is 30 s away)", d)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(waitFor):
 			t.Fatal("not woken by the Redisson-format unlock")
 		}
 
@@ -341,7 +344,7 @@ return 1`)
 			if m.Channel != "redisson_lock__channel:{orders}" || m.Message != "0" {
 				t.Fatalf("published %q on %q, want \"0\" on redisson_lock__channel:{orders}", m.Message, m.Channel)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(waitFor):
 			t.Fatal("no unlock message seen by a raw subscriber")
 		}
 		if exists(t, rdb, "orders") {
@@ -715,7 +718,7 @@ func TestClosedClient(t *testing.T) {
 		if !errors.Is(err, ErrClosed) {
 			t.Fatalf("waiting Lock after Close: %v, want ErrClosed", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitFor):
 		t.Fatal("waiting Lock not ended by Close")
 	}
 	if !closed(holder.Lost()) {

@@ -317,8 +317,8 @@ func TestReviewS4NoHandoffToBusyHandle(t *testing.T) {
 		go func() { unlocked <- h.Unlock(ctx) }() // G2: holds nothing
 		select {
 		case <-entered:
-		case <-time.After(5 * time.Second):
-			t.Fatal("h's Unlock not sent within 5 s")
+		case <-time.After(waitFor):
+			t.Fatalf("h's Unlock not sent within %v", waitFor)
 		}
 		must(t, a.Unlock(ctx)) // while h's Unlock is in flight
 		close(release)
@@ -328,8 +328,8 @@ func TestReviewS4NoHandoffToBusyHandle(t *testing.T) {
 				t.Fatalf("h.Unlock of a handle holding nothing: %v, want ErrNotHeld — it must not free a hold "+
 					"handed to h meanwhile", err)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("h's Unlock not done within 5 s")
+		case <-time.After(waitFor):
+			t.Fatalf("h's Unlock not done within %v", waitFor)
 		}
 		await(t, hDone, "h's waiter takes the lock")
 		if n := hget(t, ctx, admin, name, h.Owner()); n != 1 || !h.Valid() {
@@ -551,7 +551,7 @@ func TestReviewHeirLeavingDuringUnknownHandoffAdopts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("h.Lock: %v; want it to hold the lock the release handed it (adopted)", err)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(waitFor):
 			t.Fatal("h.Lock did not return")
 		}
 		if n := hget(t, ctx, admin, name, h.Owner()); n != 1 || !h.Valid() {

@@ -12,7 +12,7 @@ import (
 // so the default (GOMAXPROCS, 2 on a small machine) leaves the package waiting most of its
 // run — the more so since leases that must outlast a loaded machine's delays are seconds
 // long. The CPU-bound tests take turns (cpuBound), and those waiting for one hold a slot each
-// (18 at most). Under the race detector the CPU is what the package waits for: more tests at
+// (some 20 at most). Under the race detector the CPU is what the package waits for: more tests at
 // once would only make each one's replies and renewals later.
 func TestMain(m *testing.M) {
 	goflag.Parse()

@@ -215,9 +215,13 @@ func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 		// A Java thread holds the lock, with a TTL past the test.
 		redissonHolds(t, ctx, rdb, name)
 		leaveCtx, leave := context.WithCancel(ctx)
+		leaverAttempts := countAttempts(leaverC)
 		leaver := lockAsync(leaveCtx, leaverC.Lock(name))
-		eventually(t, waitFor, "the leaver registered", func() bool {
-			return slices.Equal(registered(t, rdb, name), []string{leaverC.lockToken})
+		// Registered, and its three attempts answered (its first, and the ones the
+		// confirmations of its two subscriptions wake, its Client's channel's and Redisson's):
+		// see TestReleaseForWaiterThatLeftDropsRegistration.
+		eventually(t, waitFor, "the leaver registered, its attempts answered", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{leaverC.lockToken}) && leaverAttempts.Load() >= 3
 		})
 		next := lockAsync(ctx, nextC.Lock(name))
 		eventually(t, waitFor, "the next waiter registered and subscribed", func() bool {
@@ -353,8 +357,9 @@ func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 		attempts := countAttempts(c)
 		leaveCtx, leave := context.WithCancel(ctx)
 		first := lockAsync(leaveCtx, c.Lock(name))
-		eventually(t, waitFor, "the first waiter registered and subscribed", func() bool {
-			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && listening(t, b, c, name)
+		eventually(t, waitFor, "the first waiter registered and subscribed, its attempts answered", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && listening(t, b, c, name) &&
+				attempts.Load() >= 2
 		})
 		var next <-chan error
 		c.beforeLeave = func() {
@@ -393,9 +398,15 @@ func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 		last := serverMs(t, rdb)
 		eventually(t, waitFor, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
 		leaveCtx, leave := context.WithCancel(ctx)
+		xAttempts := countAttempts(x)
 		w := lockAsync(leaveCtx, x.Lock(name))
-		eventually(t, waitFor, "x's waiter registered", func() bool {
-			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken, x.lockToken}) && x.mux.Waiters(waitChannel(x, name)) == 1
+		// Registered, and both its attempts answered (its first, and the one its
+		// subscription's confirmation wakes, which registers): one still on its way as the
+		// wait ends is awaited 25 ms at most, and its outcome is then unknown, which a loaded
+		// machine made it.
+		eventually(t, waitFor, "x's waiter registered, its attempts answered", func() bool {
+			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken, x.lockToken}) &&
+				x.mux.Waiters(waitChannel(x, name)) == 1 && xAttempts.Load() >= 2
 		})
 		x.beforeRelease = func() {
 			x.beforeRelease = nil

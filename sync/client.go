@@ -272,7 +272,8 @@ type Client struct {
 	owners    atomic.Int64
 	waits     atomic.Uint64 // fair waits, numbered for their tokens
 	requests  atomic.Uint64
-	reqPrefix string // 16 random hex characters, the first half of every unlock request ID
+	window    atomic.Pointer[sendWindow] // the latest sends' shared end (see sendContext)
+	reqPrefix string                     // 16 random hex characters, the first half of every unlock request ID
 	closed    chan struct{}
 	closeOnce gosync.Once
 }

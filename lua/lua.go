@@ -101,24 +101,24 @@ var (
 )
 
 var (
-	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (waiting clients), (a
-	// fenced lock's token counter: then a take replies {-1, token}, see below)], ARGV
-	// [leaseMs, owner, holdsKnown, (token, registrationMs)]; the count becomes holdsKnown+1
-	// and the TTL at least leaseMs. It replies nil when acquired, -3 when holdsKnown > 0 but
-	// the owner's field is gone (nothing changes), or the holder's PTTL — and then, given a
-	// token, registers it as a waiting client's (a latchkey addition) and replies {PTTL}
-	// when the holder is not a latchkey client (whose release announces itself only on the
-	// lock channel); given one, a take drops that registration.
+	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (waiting clients,
+	// listener), (token counter)], ARGV [leaseMs, owner, holdsKnown, (token, registrationMs,
+	// othersWaiting (1/0), publishCmd)]; the count becomes holdsKnown+1 and the TTL at least
+	// leaseMs. It replies nil when acquired, -3 when holdsKnown > 0 but the owner's field is
+	// gone (nothing changes), or the holder's PTTL — and then, given a token, registers it as
+	// a waiting client's (a latchkey addition) and replies {PTTL} when that client is the
+	// listener, which hears the lock channel for the others; given one, a take drops that
+	// registration, and the listening of a client with no other waiter.
 	LockAcquire = newScript(lib + lockAcquire)
 
 	// LockRelease drops one hold of a reentrant lock and, when it frees the lock, wakes the
-	// next waiting client: KEYS [lock, channel, owner's latch, waiting clients], ARGV
+	// next waiting client: KEYS [lock, channel, owner's latch, waiting clients, listener], ARGV
 	// [leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, token, waitersLeft
 	// (1/0), registrationMs, (heir, heirLeaseMs)]; the count becomes holdsKnown-1 (the TTL
 	// at least leaseMs), and the lock is freed at 0. It replies nil (not held), 0 (still
 	// held), 1 (freed: 0 published on the next registered client's channel,
-	// <clients>:<token>, and on the lock channel) or 2 (handed to the heir, who holds it
-	// once with its lease; no message). The latch keeps the owner's highest request number:
+	// <clients>:<token>, and 00 on the lock channel) or 2 (handed to the heir, who holds it
+	// once with its lease; no message). A client with no waiter left stops listening. The latch keeps the owner's highest request number:
 	// a repeat of a request replies what the first run did, and an older one arriving late
 	// changes nothing.
 	LockRelease = newScript(lib + lockRelease)
@@ -129,8 +129,9 @@ var (
 	LockForceRelease = newScript(lib + lockForceRelease)
 
 	// LockLeave drops a client's registration as a waiter of a plain lock when its last
-	// waiter gives up: KEYS [lock, waiting clients, channel], ARGV [token, publishCmd]. If the
-	// registration was gone already and the lock is free, it wakes the next client.
+	// waiter gives up, and its listening: KEYS [lock, waiting clients, channel, listener],
+	// ARGV [token, publishCmd, registrationMs]. If the registration was gone already and the lock is free, it
+	// wakes the next client.
 	LockLeave = newScript(lib + lockLeave)
 
 	// LockRenew sets the TTL of every listed lock its owner still holds to at least the lease:

@@ -95,11 +95,7 @@ func WithLogger(log *zap.Logger) Option {
 
 // WithClientID sets the client UUID that prefixes every owner ID this Client makes
 // ("<uuid>:<n>", Redisson's "<uuid>:<threadId>"). Two live Clients must never share one, or
-// their handles would be the same owners. Default: a random version-8 UUID, which is how
-// other Clients tell a latchkey holder of a plain lock from a Redisson one, whose release
-// they can hear only on Redisson's shared channel. Any UUID works, but while a Client with
-// another version holds a plain lock, the waiting Clients listen on that channel too, and
-// each release message costs Redis a write to every one of them.
+// their handles would be the same owners. Default: a random UUID.
 func WithClientID(id string) Option {
 	return func(c *config) error {
 		u, err := uuid.Parse(id)
@@ -308,7 +304,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, invalid("pub/sub mode", "%v is not supported on a Cluster client yet; use PubSubPlain", cfg.mode)
 	}
 	if cfg.id == "" {
-		cfg.id = newClientID()
+		cfg.id = uuid.NewString()
 	}
 	if cfg.fairWait == 0 {
 		cfg.fairWait = cfg.watchdogTimeout
@@ -360,14 +356,6 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	c.mux = pubsub.New(rdb, pubsub.Options{Mode: mode, Logger: cfg.log, Linger: subscriptionLinger})
 	c.janitor = newJanitor(rdb, cfg.log)
 	return c, nil
-}
-
-// newClientID returns a random version-8 UUID (RFC 9562's version for custom layouts;
-// Redisson's IDs are version 4).
-func newClientID() string {
-	u := uuid.New()
-	u[6] = u[6]&0x0f | 0x80
-	return u.String()
 }
 
 // ID returns the client UUID that prefixes this Client's owner IDs.

@@ -1,12 +1,10 @@
 package sync
 
 import (
-	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,60 +155,6 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 		if n := available(t, ctx, s); n != 4 {
 			t.Fatalf("%d permits available with 1 of 5 taken, want 4: the release was run again", n)
 		}
-	})
-}
-
-// A waiter that is not first does not time its re-checks by the channel's hint, which only
-// the first keeps fresh: a hint in the past (the nearest lease had ended, and the first
-// waiter's later attempt found only a permit that never expires, which sets no new hint)
-// had it re-check every 1 ms for its whole wait. Counted with the wait's `also` hook, which
-// await calls once per turn of its loop; the situation comes from the public API and
-// Redisson's wire format.
-func TestOrderedWaiterIgnoresStaleHint(t *testing.T) {
-	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		t.Parallel()
-		ctx := testCtx(t, 30*time.Second)
-		const name = "review-spin"
-		c, rdb := newClient(t, b.Addr)
-		s := c.PermitSemaphore(name)
-		must(t, s.SetPermits(ctx, 2))
-		// Long enough to outlast its acquisition on a loaded machine (150 ms did not).
-		if _, err := s.Acquire(ctx, 1, Lease(time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		// A Redisson process takes the other permit without a lease (§5.2: score 922337203685477).
-		must(t, rdb.Do(ctx, rdb.B().Decrby().Key(name).Decrement(1).Build()).Error())
-		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(s.timeouts).ScoreMember().ScoreMember(922337203685477, string(make([]byte, 16))).Build()).Error())
-
-		// The first waiter wants 2: its first attempt hints at the 1 s lease; its attempt
-		// then reclaims that permit and finds only the one that never expires (no new hint).
-		// It waits on past the second waiter's second, however loaded the machine, until the
-		// test ends its wait.
-		first := make(chan error, 1)
-		firstCtx, endFirst := context.WithCancel(ctx)
-		defer endFirst()
-		go func() {
-			_, _, err := c.PermitSemaphore(name).TryAcquire(firstCtx, 2, WaitTime(waitFor))
-			first <- err
-		}()
-		waitersOn(t, c, s.channel, 1)
-		eventually(t, waitFor, "the leased permit reclaimed", func() bool {
-			n, err := s.AvailablePermits(ctx)
-			return err == nil && n == 1
-		})
-
-		// A second waiter joins: the same wait as PermitSemaphore's, counting its turns.
-		var turns atomic.Int64
-		a := attemptFunc(func(ctx context.Context) (int64, bool, error) { return -1, false, nil })
-		_, err := c.acquire(ctx, wait{channel: s.channel, policy: semaphorePolicy, limit: time.Second, join: true,
-			ordered: true, attempt: a, also: func() string { turns.Add(1); return "" }})
-		must(t, err)
-		if n := turns.Load(); n > 10 {
-			t.Fatalf("a joined waiter that is not first turned its loop %d times in 1 s", n)
-		}
-		endFirst()
-		<-first
 	})
 }
 

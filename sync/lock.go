@@ -93,7 +93,10 @@ type exclusive struct {
 	channel   string        // the lock's channel
 	clients   string        // a plain lock's zset of waiting clients (see lib.lua)
 	clientCh  string        // the channel a plain lock's waiters of this Client listen on
-	fair      *fairKeys
+	// listener holds the token of the Client that listens on a plain lock's channel for its
+	// waiters (see lib.lua's listen).
+	listener string
+	fair     *fairKeys
 	// tokenKey is a fenced lock's token counter, redisson_lock_token:{name} ("": not fenced).
 	tokenKey string
 }
@@ -111,6 +114,7 @@ func (l *exclusive) init(c *Client, name, kind string, fair *fairKeys, opts []Ha
 	if fair == nil {
 		l.clients = suffixName(name, "lock_clients")
 		l.clientCh = l.clients + ":" + c.lockToken
+		l.listener = l.clients + ":listener"
 	}
 }
 
@@ -373,13 +377,6 @@ func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.D
 			}
 			return o.takeGrant(lease, a.requests)
 		}
-	} else {
-		w.also = func() string {
-			if a.out.foreign {
-				return l.channel
-			}
-			return ""
-		}
 	}
 	// A fenced lock is never handed on: each holder must take a token of its own.
 	if join && o.c.maxHandoff > 0 && l.tokenKey == "" {
@@ -430,8 +427,13 @@ func (l *exclusive) waitLeft(ctx context.Context, o *owner, until time.Time) {
 	if o.c.beforeLeave != nil {
 		o.c.beforeLeave()
 	}
-	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, l.clients, l.channel},
-		[]string{o.c.lockToken, o.c.publishCmd}}, nil, wake)
+	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, l.clients, l.channel, l.listener},
+		[]string{o.c.lockToken, o.c.publishCmd, o.c.fairWaitMs}}, nil, func() {
+		if o.c.mux.Waiters(l.clientCh) == 0 {
+			o.c.mux.Unforward(l.channel)
+		}
+		wake()
+	})
 }
 
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
@@ -443,7 +445,7 @@ type lockAttempt struct {
 	leaseMs  string
 	token    string // a fair lock's: the message with which a release grants its latest attempt the lock
 	requests uint64 // the owner's request count at this wait's latest attempt
-	// out.foreign: a plain lock's attempt found a holder that is not a latchkey Client;
+	// out.listen: a plain lock's Client is the listener (see listen);
 	// out.token: a fenced lock's token, once taken.
 	out  acquireOut
 	heir heir
@@ -457,6 +459,7 @@ func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
 // lock's waiter takes or keeps its place in the queue, and is told to attempt again within a
 // third of the place's wait time.
 func (l *exclusive) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, w *lockAttempt, out *acquireOut) (int64, bool, error) {
+	registered, others := false, false // a waiting attempt, of a Client with other waiters
 	ttl, ok, err := o.attempt(ctx, lease, func() script {
 		if l.fair != nil {
 			token := "0"
@@ -468,21 +471,33 @@ func (l *exclusive) attempt(ctx context.Context, o *owner, lease time.Duration, 
 			return script{lua.FairAcquire, l.keys(),
 				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(w != nil), token}}
 		}
-		keys := []string{o.name, l.clients, l.tokenKey} // a fenced lock's token key last
+		keys := []string{o.name, l.clients, l.listener, l.tokenKey} // a fenced lock's token key last
 		if l.tokenKey == "" {
-			keys = keys[:2]
+			keys = keys[:3]
 		}
 		if w != nil && o.c.mux.Subscribed(l.clientCh) {
 			// A waiter registers its client, so that a release wakes it alone — once it
 			// can hear it: a wake sent to a client not yet subscribed would reach nobody.
-			return script{lua.LockAcquire, keys,
-				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken, o.c.fairWaitMs}}
+			registered, others = true, o.c.mux.Waiters(l.clientCh) > 1
+			return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken,
+				o.c.fairWaitMs, flag(others), o.c.publishCmd}}
 		}
 		if l.tokenKey == "" {
 			keys = keys[:1]
 		}
 		return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
 	}, out)
+	if registered && err == nil {
+		// The listener role may come to this Client by a message on its channel (see
+		// lib.lua's resign).
+		o.c.mux.Cue(l.clientCh, "00", l.channel, pubsub.LockPolicy)
+		switch {
+		case out.listen:
+			_ = o.c.mux.Forward(l.channel, l.clientCh, pubsub.LockPolicy)
+		case !ok || !others:
+			o.c.mux.Unforward(l.channel) // another Client listens, or this one resigned
+		}
+	}
 	if l.fair != nil || w != nil {
 		ttl = o.c.keepAlive(ttl)
 	}
@@ -569,7 +584,10 @@ func (l *exclusive) release(o *owner, holds int, latch, n string, h *heir) (scri
 	if h != nil {
 		args = append(args, h.o.id, h.leaseMs)
 	}
-	return script{lua.LockRelease, []string{o.name, l.channel, latch, l.clients}, args}, h == nil && left
+	if !left {
+		o.c.mux.Unforward(l.channel) // the release ends the Client's listening
+	}
+	return script{lua.LockRelease, []string{o.name, l.channel, latch, l.clients, l.listener}, args}, h == nil && left
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there

@@ -388,8 +388,8 @@ const (
 
 // acquireOut is what an acquire script's reply says besides taken or not.
 type acquireOut struct {
-	foreign bool  // the holder announces its release only on Redisson's channel
-	token   int64 // a fenced lock's token, of the hold taken
+	listen bool  // a plain lock's Client is the listener (see lib.lua's listen)
+	token  int64 // a fenced lock's token, of the hold taken
 }
 
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
@@ -397,8 +397,8 @@ type acquireOut struct {
 // watchdog). req, called under op, makes the request; every acquire script replies nil (or
 // a fenced lock's {-1, token}) when it took or re-entered, acquireLost when the owner knows
 // of holds but Redis has none, or else a wait hint in ms (negative: unknown) — or {hint}
-// when the holder announces its release only on Redisson's channel (lock_acquire.lua). out,
-// if not nil, is given what the reply says besides.
+// when a plain lock's Client is the listener (lock_acquire.lua). out, if not nil, is given
+// what the reply says besides.
 //
 // A hold taken that too few replicas confirmed (WithSyncReplicas), or once the Client was
 // closed, is given back at once (see giveBack) and the attempt fails with an error wrapping
@@ -468,11 +468,11 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		}
 		return o.ttl().Milliseconds(), true, nil
 	}
+	if out != nil {
+		out.listen = aerr == nil && len(arr) == 1
+	}
 	if aerr == nil && len(arr) == 1 {
 		msg = arr[0]
-		if out != nil {
-			out.foreign = true
-		}
 	}
 	ttl, err := msg.AsInt64()
 	if err != nil {

@@ -36,8 +36,8 @@ func (r *hookedRDB) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redis
 // one that hands the lock to it): EVALSHA|EVAL, script, 4, name, channel, latch, clients,
 // lease, owner, ...
 func isReleaseOf(cmd rueidis.Completed, owner string) bool {
-	args := cmd.Commands()
-	return len(args) > 8 && strings.HasPrefix(args[5], unlockLatchPrefix) && args[8] == owner
+	args := cmd.Commands() // EVALSHA sha 5 lock channel latch clients listener leaseMs owner ...
+	return len(args) > 9 && strings.HasPrefix(args[5], unlockLatchPrefix) && args[9] == owner
 }
 
 // hget is the hold count owner has on name in Redis; 0 when it has no field.

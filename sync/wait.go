@@ -30,10 +30,6 @@ type wait struct {
 	// granted, if not nil, is given each message of the channel, and takes what a release
 	// gave the waiter if the message says it granted it something (see FairLock).
 	granted func(msg string) (ok bool, err error, taken bool)
-	// also, if not nil, names after a failed attempt a further channel whose messages (by
-	// the same policy) mean the waiter may now succeed, or returns "": a plain lock's
-	// Redisson channel, once a holder was found that announces its release only there.
-	also func() string
 }
 
 // An attempter makes one attempt. ttl is in ms, negative when unknown: on failure, when the
@@ -113,7 +109,7 @@ func (c *Client) waitEnded(err error) error {
 	return fmt.Errorf("dsync: waiting stopped: %w", err)
 }
 
-// await alternates waiting on sub (and on the channel w.also names) and attempting. A wait
+// await alternates waiting on sub and attempting. A wait
 // ends at the first of: a wake-up from a channel (a release message, or the subscription
 // being confirmed, so nothing published before the subscription is missed), the holder's
 // TTL (a lost message costs latency, never liveness), the deadline, ctx, Close or the
@@ -122,12 +118,6 @@ func (c *Client) waitEnded(err error) error {
 // makes one attempt if it had none.
 func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool) (bool, error) {
 	defer sub.Close()
-	var also *pubsub.Waiter // on the channel w.also named, once it named one
-	defer func() {
-		if also != nil {
-			also.Close()
-		}
-	}()
 	h := w.heir
 	var verdicts <-chan verdict
 	if h != nil {
@@ -147,18 +137,6 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			}
 			d = max(min(d, left), 0)
 		}
-		var alsoC <-chan struct{}
-		if also == nil && w.also != nil {
-			if name := w.also(); name != "" {
-				var err error
-				if also, err = c.mux.Subscribe(name, w.policy); err != nil {
-					return h.leave(ctx, c.waitEnded(err))
-				}
-			}
-		}
-		if also != nil {
-			alsoC = also.C()
-		}
 		timer.Reset(d)
 		var woken *pubsub.Waiter // the registration whose signal woke the waiter
 		var v *verdict           // what a release that reserved the heir did
@@ -170,8 +148,6 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 					return ok, err
 				}
 			}
-		case <-alsoC:
-			woken = also
 		case <-timer.C:
 		case got := <-verdicts:
 			v = &got

@@ -88,16 +88,6 @@ func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration, un
 		}, nil)
 }
 
-// keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts
-// again within a third of the fair wait time: a place in a fair lock's queue, or a waiting
-// writer's claim, lapses a wait time after its last attempt.
-func (c *Client) keepAlive(ttl int64) int64 {
-	if every := c.fairWait.Milliseconds() / 3; ttl < 0 || ttl > every {
-		return every
-	}
-	return ttl
-}
-
 // newToken returns a token for one waiting acquisition of a fair lock: the message with
 // which a release grants it the lock. Tokens are decimal integers (payloads on Redisson's
 // channels must be) above 1, so that none is Redisson's 0 or 1.
@@ -120,16 +110,4 @@ func (o *owner) takeGrant(lease time.Duration, requests uint64) (ok bool, err er
 	}
 	err = o.took(o.sent, lease, 0)
 	return err == nil, err, true
-}
-
-// nowMs is the wall clock in epoch ms, as Redisson's fair lock scripts take it: processes
-// sharing a fair lock must keep their clocks in sync.
-func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
-
-// flag is a boolean as a script argument.
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }

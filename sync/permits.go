@@ -436,3 +436,13 @@ func (r stateReply) AsInt64() (int64, error) {
 	}
 	return r.msg.AsInt64()
 }
+
+// permitKeys are a batch of permit acquisitions' keys for lua.PermitRenew: each
+// semaphore's zset of acquired permits.
+func permitKeys(b watchdog.Batch) []string {
+	keys := make([]string, len(b.Keys))
+	for i, k := range b.Keys {
+		keys[i] = suffixName(k, "timeout")
+	}
+	return keys
+}

@@ -379,3 +379,38 @@ func (l *RWLock) valid(write bool) bool {
 	}
 	return l.reads.valid()
 }
+
+// Reader returns the read lock of l as a Locker, for a MultiLock: its TryLock is TryRLock,
+// its Unlock RUnlock.
+func (l *RWLock) Reader() Locker {
+	if l == nil {
+		return nil
+	}
+	return rwReader{l}
+}
+
+type rwReader struct{ l *RWLock }
+
+func (r rwReader) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
+	return r.l.TryRLock(ctx, opts...)
+}
+
+func (r rwReader) Unlock(ctx context.Context) error { return r.l.RUnlock(ctx) }
+
+func (r rwReader) Valid() bool { return r.l.valid(false) }
+
+func (r rwReader) Name() string { return r.l.Name() }
+
+// Valid reports whether the handle's write hold is live now: its lease, as last confirmed
+// by Redis, is ahead by the monotonic clock (see Lock.Valid).
+func (l *RWLock) Valid() bool { return l.valid(true) }
+
+// readKeys are a batch of read holds' keys for lua.ReadRenew: each lock with its owner's
+// timeout key prefix.
+func readKeys(b watchdog.Batch) []string {
+	keys := make([]string, 0, 2*len(b.Keys))
+	for i, k := range b.Keys {
+		keys = append(keys, k, readTimeouts(k, b.Owners[i]))
+	}
+	return keys
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -329,4 +330,16 @@ func notRun(e *rueidis.RedisError) bool {
 		return true
 	}
 	return false
+}
+
+// nowMs is the wall clock in epoch ms, as Redisson's fair lock scripts take it: processes
+// sharing a fair lock must keep their clocks in sync.
+func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
+
+// flag is a boolean as a script argument.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

@@ -405,3 +405,13 @@ func (h *heir) leave(ctx context.Context, err error) (bool, error) {
 type attemptFunc func(ctx context.Context) (int64, bool, error)
 
 func (f attemptFunc) attempt(ctx context.Context) (int64, bool, error) { return f(ctx) }
+
+// keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts
+// again within a third of the fair wait time: a place in a fair lock's queue, or a waiting
+// writer's claim, lapses a wait time after its last attempt.
+func (c *Client) keepAlive(ttl int64) int64 {
+	if every := c.fairWait.Milliseconds() / 3; ttl < 0 || ttl > every {
+		return every
+	}
+	return ttl
+}

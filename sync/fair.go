@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
 	"github.com/redis/rueidis"
 )
 
@@ -45,7 +46,8 @@ type FairLock struct{ exclusive }
 // makes no network call; an empty name or a bad option is reported by the handle's methods.
 func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 	l := &FairLock{}
-	l.init(c, name, "fair", &fairKeys{
+	l.init(c, name, "fair lock", &fairLock{
+		channel:  prefixName(lockChannelPrefix, name),
 		queue:    prefixName("redisson_lock_queue", name),
 		timeouts: prefixName("redisson_lock_timeout", name),
 		leases:   suffixName(name, "fair_leases"),
@@ -53,26 +55,69 @@ func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 	return l
 }
 
-// fairKeys are a fair lock's keys besides its hash: the queue of waiting owners, the zset
-// of their deadlines, and the hash of latchkey waiters' leases, which lets a release grant a
-// waiter the lock.
-type fairKeys struct{ queue, timeouts, leases string }
+// fairLock is FairLock's variant: its keys besides the hash are the queue of waiting owners,
+// the zset of their deadlines, and the hash of latchkey waiters' leases, which lets a release
+// grant a waiter the lock.
+type fairLock struct{ channel, queue, timeouts, leases string }
 
 // keys are the fair lock's keys, then more.
-func (l *exclusive) keys(more ...string) []string {
-	f := l.fair
-	return append([]string{l.o.name, f.queue, f.timeouts, f.leases}, more...)
+func (f *fairLock) keys(o *owner, more ...string) []string {
+	return append([]string{o.name, f.queue, f.timeouts, f.leases}, more...)
 }
 
-// leave takes the owner's place out of the queue after a wait that did not end in the lock,
+// wakeCh is the waiter's own channel: a release may grant it the lock (the token of its
+// latest attempt) rather than tell it to attempt (0).
+func (f *fairLock) wakeCh(o *owner) string { return f.channel + ":" + o.id }
+
+// prepare: a fair lock's waiters never join (Redis keeps the order), and a grant for an
+// earlier attempt is stale: the lock it gave may have lapsed, and gone to another, since.
+func (f *fairLock) prepare(a *lockAttempt, w *wait) {
+	w.join, w.policy = false, pubsub.AllPolicy
+	w.granted = func(msg string) (bool, error, bool) {
+		if msg != a.token {
+			return false, nil, false
+		}
+		return a.o.takeGrant(a.lease, a.requests)
+	}
+}
+
+// attempt takes the lock, or takes or keeps the waiter's place in the queue; a waiter is told
+// to attempt again within a third of the place's wait time.
+func (f *fairLock) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
+	ttl, ok, err := o.attempt(ctx, lease, func() script {
+		token := "0"
+		if a != nil {
+			a.requests = o.requests + 1 // this one
+			a.token = o.c.newToken()
+			token = a.token
+		}
+		return script{lua.FairAcquire, f.keys(o),
+			[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(a != nil), token}}
+	}, out)
+	return o.c.keepAlive(ttl), ok, err
+}
+
+func (f *fairLock) release(o *owner, holds int, latch, n string) script {
+	return script{lua.FairRelease, f.keys(o, f.channel, latch),
+		[]string{strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs()}}
+}
+
+func (f *fairLock) unlock(ctx context.Context, o *owner) error { return releaseOne(ctx, o, f) }
+
+func (f *fairLock) forceRelease(o *owner) script {
+	return script{lua.FairForceRelease, f.keys(o, f.channel), []string{o.c.publishCmd, nowMs()}}
+}
+
+// left takes the owner's place out of the queue after a wait that did not end in the lock,
 // in the background (see owner.withdraw), awaited until until at most, and reports whether
 // a release granted the owner the lock meanwhile: the wait then takes it (as a local
 // hand-off's heir does when its context ends), since the leave cannot hand it back safely —
 // a late run of a leave that released the owner's hold could release a hold the owner took
 // since. A grant the leave finds once the caller has stopped waiting is given back
 // (giveBack), as is one that cannot be kept (WithSyncReplicas, a closed Client).
-func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration, until time.Time) (bool, error) {
-	return o.withdraw(ctx, until, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd, nowMs()}},
+func (f *fairLock) left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error) {
+	o := a.o
+	return o.withdraw(ctx, until, script{lua.FairLeave, f.keys(o, f.channel), []string{o.id, o.c.publishCmd, nowMs()}},
 		func(msg rueidis.RedisMessage, late bool) (bool, error) {
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
 				return false, nil
@@ -83,7 +128,7 @@ func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration, un
 				// Client closed since, whose hold nobody would renew or release: it goes back.
 				return false, o.giveBack(ctx, 1)
 			}
-			err := o.took(o.sent, lease, 0)
+			err := o.took(o.sent, a.lease, 0)
 			return err == nil, err
 		}, nil)
 }

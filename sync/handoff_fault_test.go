@@ -38,7 +38,7 @@ func TestLateFirstRunOfUnlockChangesNothing(t *testing.T) {
 			}
 		}
 		latch := latchKeyFor(mu.Name(), c.newRequestID())
-		keys := []string{mu.Name(), mu.channel, latch, mu.clients}
+		keys := []string{mu.Name(), mu.plain().channel, latch, mu.plain().clients, mu.plain().listener}
 		args := []string{"30000", owner, c.publishCmd, unlockLatchMs, "2", "7", c.lockToken, "0", c.fairWaitMs}
 		// The repeat of the partial unlock runs first: 2 → 1, and Unlock returns.
 		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 0 {

@@ -95,7 +95,7 @@ func isClosed(c <-chan struct{}) bool {
 }
 
 // waitChannel is the channel c's waiters of the plain lock name listen on.
-func waitChannel(c *Client, name string) string { return c.Lock(name).clientCh }
+func waitChannel(c *Client, name string) string { return c.Lock(name).plain().clientCh }
 
 // lockChannel is the channel a lock's releases are published on.
 func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }
@@ -153,4 +153,15 @@ func (r *renewals) idle() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.inflight == 0
+}
+
+// wakeCh is the channel the waits of l's owner o listen on.
+func (l *exclusive) wakeCh(o *owner) string { return l.v.wakeCh(o) }
+
+// plain is l's plain-lock variant (a Lock's, or a FencedLock's).
+func (l *exclusive) plain() *plainLock {
+	if f, ok := l.v.(*fencedLock); ok {
+		return &f.plainLock
+	}
+	return l.v.(*plainLock)
 }

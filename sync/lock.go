@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
@@ -51,64 +49,65 @@ type Lock struct{ exclusive }
 // an empty name or a bad option is reported by the handle's methods.
 func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 	l := &Lock{}
-	l.init(c, name, "lock", nil, opts)
+	p := newPlainLock(c, name)
+	l.init(c, name, "lock", &p, opts)
 	return l
 }
 
 // exclusive is what Lock, FairLock and FencedLock share: one method set, whose scripts and
-// waiting (who joins, who is handed the lock, who is granted it) follow fair and tokenKey.
+// waiting follow the handle's variant.
 type exclusive struct {
 	// o names the handle and checks its calls; made Reentrant, it is the handle's one owner.
 	o         owner
 	reentrant bool
 	key       string        // the Client's idle owners of this handle's kind and name (see lender)
 	held      holds[*owner] // a mutex handle's holds
-	channel   string        // the lock's channel
-	clients   string        // a plain lock's zset of waiting clients (see lib.lua)
-	clientCh  string        // the channel a plain lock's waiters of this Client listen on
-	// listener holds the token of the Client that listens on a plain lock's channel for its
-	// waiters (see lib.lua's listen).
-	listener string
-	fair     *fairKeys
-	// tokenKey is a fenced lock's token counter, redisson_lock_token:{name} ("": not fenced).
-	tokenKey string
+	v         variant
 }
 
-func (l *exclusive) init(c *Client, name, kind string, fair *fairKeys, opts []HandleOption) {
+// A variant is what a kind of exclusive lock does its own way: its scripts, how its waiters
+// wait, are woken and leave. Lock's is plainLock, FairLock's fairLock, FencedLock's
+// fencedLock, each in its type's file.
+type variant interface {
+	// wakeCh is the channel o's waits listen on.
+	wakeCh(o *owner) string
+	// prepare readies the wait w of the waiting acquisition a (how a release may hand or
+	// grant it the lock, whether it may join).
+	prepare(a *lockAttempt, w *wait)
+	// attempt makes one attempt as o, for the waiting acquisition a (nil: a single attempt);
+	// see owner.attempt.
+	attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error)
+	// left withdraws a's claim after its wait ended without the lock, awaited until until at
+	// most, and reports whether a release gave a the lock meanwhile, which it then holds.
+	left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error)
+	// release is o's numbered release of one of holds it has in Redis, for the latch and
+	// request number given (see owner.releaser).
+	release(o *owner, holds int, latch, n string) script
+	// unlock releases one hold of o's (see Lock.Unlock).
+	unlock(ctx context.Context, o *owner) error
+	// forceRelease deletes the lock whoever holds it, and wakes a waiter.
+	forceRelease(o *owner) script
+}
+
+// releaseOne releases one hold of o's with v's release.
+func releaseOne(ctx context.Context, o *owner, v variant) error {
+	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return v.release(o, o.count, latch, n), nil })
+}
+
+func (l *exclusive) init(c *Client, name, what string, v variant, opts []HandleOption) {
 	cfg, err := handleOptions(opts)
-	l.o.init(c, name, kindWhat[kind], c.lockKind)
+	l.o.init(c, name, what, c.lockKind)
 	if l.o.err == nil {
 		l.o.err = err
 	}
-	l.reentrant, l.key = cfg.reentrant, kind+":"+name
+	l.reentrant, l.key, l.v = cfg.reentrant, what+":"+name, v
 	l.held.exclusive = true
 	l.o.releaser = l.releaser(&l.o)
-	l.channel, l.fair = prefixName(lockChannelPrefix, name), fair
-	if fair == nil {
-		l.clients = suffixName(name, "lock_clients")
-		l.clientCh = l.clients + ":" + c.lockToken
-		l.listener = l.clients + ":listener"
-	}
 }
-
-// kindWhat is how errors name a handle of each kind (see exclusive.init).
-var kindWhat = map[string]string{"lock": "lock", "fair": "fair lock", "fenced": "fenced lock"}
 
 // releaser makes o's numbered release of a hold it does not count (see owner.releaser).
 func (l *exclusive) releaser(o *owner) func(holds int, latch, n string) script {
-	return func(holds int, latch, n string) script {
-		r, _ := l.release(o, holds, latch, n, nil)
-		return r
-	}
-}
-
-// wakeCh is the channel o's waits listen on: a plain lock's waiters their Client's (see
-// lib.lua), a fair lock's their own.
-func (l *exclusive) wakeCh(o *owner) string {
-	if l.fair != nil {
-		return l.channel + ":" + o.id
-	}
-	return l.clientCh
+	return func(holds int, latch, n string) script { return l.v.release(o, holds, latch, n) }
 }
 
 // borrow returns the owner an acquisition takes the lock as: a Reentrant handle's own, or
@@ -222,7 +221,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.Duration, out *acquireOut) (bool, error) {
 	leaseMs := o.c.leaseMs(lease)
 	if limit == 0 {
-		_, ok, err := l.attempt(ctx, o, lease, leaseMs, nil, out)
+		_, ok, err := l.v.attempt(ctx, o, lease, leaseMs, nil, out)
 		return ok, err
 	}
 	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
@@ -231,29 +230,11 @@ func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.D
 	if err := o.lock(ctx); err != nil {
 		return false, err
 	}
-	// A fair lock's waiters never join: each listens on its own channel, and Redis keeps the
-	// order.
-	join := o.count == 0 && !o.doubtful() && l.fair == nil
+	join := o.count == 0 && !o.doubtful()
 	o.unlock()
 	a := &lockAttempt{l: l, o: o, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
-	w := wait{channel: l.wakeCh(o), policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
-	if l.fair != nil {
-		// The waiter's own channel: a release may grant it the lock (the token of its latest
-		// attempt) rather than tell it to attempt (0). A grant for an earlier attempt is
-		// stale: the lock it gave may have lapsed, and gone to another, since.
-		w.policy = pubsub.AllPolicy
-		w.granted = func(msg string) (bool, error, bool) {
-			if msg != a.token {
-				return false, nil, false
-			}
-			return o.takeGrant(lease, a.requests)
-		}
-	}
-	// A fenced lock is never handed on: each holder must take a token of its own.
-	if join && o.c.maxHandoff > 0 && l.tokenKey == "" {
-		a.heir = heir{key: o.name, o: o, lease: lease, leaseMs: leaseMs}
-		w.heir = &a.heir
-	}
+	w := wait{channel: l.v.wakeCh(o), policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
+	l.v.prepare(a, &w)
 	ok, err := o.c.acquire(ctx, w)
 	if out != nil {
 		*out = a.out
@@ -264,47 +245,17 @@ func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.D
 		// Taken, unconfirmed and given back (see owner.attempt): the take dropped the
 		// waiter's claim (its place, its Client's registration), and the give-back freed the
 		// lock and woke the next — what a leave would do, at the cost of a third WAIT.
-		o.c.mux.Wake(l.wakeCh(o))
-	case l.fair != nil:
-		got, gerr := l.leave(ctx, o, lease, o.c.leaveBy(ctx, err))
+		o.c.mux.Wake(w.channel)
+	default:
+		got, gerr := l.v.left(ctx, a, o.c.leaveBy(ctx, err))
 		if got {
 			return true, gerr
 		}
 		if gerr != nil {
 			err = errors.Join(err, gerr)
 		}
-	default:
-		// Also when the wait ended with Close: the rueidis client is still open then, as
-		// Close's doc asks, and a registration left behind would take a wake from others.
-		l.waitLeft(ctx, o, o.c.leaveBy(ctx, err))
 	}
 	return ok, err
-}
-
-// waitLeft keeps a plain lock's Client registration in step with its waiters after a wait
-// ended without the lock, or after a release that registered the Client for waiters that
-// have left since. The Client's last waiter drops the registration (or, if a release woke
-// this Client as the wait ended, wakes the next Client: lock_leave.lua). And one waiter
-// still there attempts again: one that came meanwhile may have registered just before the
-// leave dropped it, and one that queued behind this wait never attempted, so never saw what
-// this one saw (a Redisson holder, whose release only its channel carries). The leave runs
-// in the background, as o, awaited until until at most (see owner.withdraw).
-func (l *exclusive) waitLeft(ctx context.Context, o *owner, until time.Time) {
-	wake := func() { o.c.mux.Wake(l.clientCh) }
-	if o.c.mux.Waiters(l.clientCh) != 0 {
-		wake()
-		return
-	}
-	if o.c.beforeLeave != nil {
-		o.c.beforeLeave()
-	}
-	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, l.clients, l.channel, l.listener},
-		[]string{o.c.lockToken, o.c.publishCmd, o.c.fairWaitMs}}, nil, func() {
-		if o.c.mux.Waiters(l.clientCh) == 0 {
-			o.c.mux.Unforward(l.channel)
-		}
-		wake()
-	})
 }
 
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
@@ -323,56 +274,7 @@ type lockAttempt struct {
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
-	return a.l.attempt(ctx, a.o, a.lease, a.leaseMs, a, &a.out)
-}
-
-// attempt makes one attempt, for the waiting acquisition w (nil: a single attempt). A fair
-// lock's waiter takes or keeps its place in the queue, and is told to attempt again within a
-// third of the place's wait time.
-func (l *exclusive) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, w *lockAttempt, out *acquireOut) (int64, bool, error) {
-	registered, others := false, false // a waiting attempt, of a Client with other waiters
-	ttl, ok, err := o.attempt(ctx, lease, func() script {
-		if l.fair != nil {
-			token := "0"
-			if w != nil {
-				w.requests = o.requests + 1 // this one
-				w.token = o.c.newToken()
-				token = w.token
-			}
-			return script{lua.FairAcquire, l.keys(),
-				[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(w != nil), token}}
-		}
-		keys := []string{o.name, l.clients, l.listener, l.tokenKey} // a fenced lock's token key last
-		if l.tokenKey == "" {
-			keys = keys[:3]
-		}
-		if w != nil && o.c.mux.Subscribed(l.clientCh) {
-			// A waiter registers its client, so that a release wakes it alone — once it
-			// can hear it: a wake sent to a client not yet subscribed would reach nobody.
-			registered, others = true, o.c.mux.Waiters(l.clientCh) > 1
-			return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken,
-				o.c.fairWaitMs, flag(others), o.c.publishCmd}}
-		}
-		if l.tokenKey == "" {
-			keys = keys[:1]
-		}
-		return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
-	}, out)
-	if registered && err == nil {
-		// The listener role may come to this Client by a message on its channel (see
-		// lib.lua's resign).
-		o.c.mux.Cue(l.clientCh, "00", l.channel, pubsub.LockPolicy)
-		switch {
-		case out.listen:
-			_ = o.c.mux.Forward(l.channel, l.clientCh, pubsub.LockPolicy)
-		case !ok || !others:
-			o.c.mux.Unforward(l.channel) // another Client listens, or this one resigned
-		}
-	}
-	if l.fair != nil || w != nil {
-		ttl = o.c.keepAlive(ttl)
-	}
-	return ttl, ok, err
+	return a.l.v.attempt(ctx, a.o, a.lease, a.leaseMs, a, &a.out)
 }
 
 // Unlock releases one hold. When Unlock returns nil, the hold is released: the lock is freed
@@ -396,7 +298,7 @@ func (l *exclusive) attempt(ctx context.Context, o *owner, lease time.Duration, 
 //     its lease unless Unlock is called again.
 func (l *exclusive) Unlock(ctx context.Context) error {
 	if l.reentrant {
-		return l.unlockAs(ctx, &l.o)
+		return l.v.unlock(ctx, &l.o)
 	}
 	if err := l.o.check(ctx); err != nil {
 		return err
@@ -405,60 +307,11 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 	if !ok {
 		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
 	}
-	err := l.unlockAs(ctx, h.o)
+	err := l.v.unlock(ctx, h.o)
 	if !l.returnOwner(h.o) {
 		l.held.unpop(h) // Redis refused the release: the hold is still the handle's
 	}
 	return overlapped(err, h, &l.o)
-}
-
-// unlockAs is Unlock, as owner o.
-func (l *exclusive) unlockAs(ctx context.Context, o *owner) error {
-	registered := false // the release registers the Client again, for its waiters left
-	err := o.release(ctx, func(last bool, latch, n string) (script, *heir) {
-		var h *heir
-		if last && l.fair == nil && l.tokenKey == "" && o.run < o.c.maxHandoff && !o.c.closing() {
-			h = o.c.heirs.reserve(o.name)
-		}
-		var r script
-		r, registered = l.release(o, o.count, latch, n, h)
-		registered = registered && last
-		return r, h
-	})
-	if registered && o.c.mux.Waiters(l.clientCh) == 0 && !o.c.isClosed() {
-		// The waiters it registered for left while it was on its way.
-		l.waitLeft(ctx, o, o.c.bound(context.WithoutCancel(ctx)).Add(replyGrace))
-	}
-	return err
-}
-
-// release makes o's numbered release of one of holds it has in Redis, handing the lock to h
-// if not nil, and reports whether, at the last hold, it registers the Client again for
-// waiters it has left.
-func (l *exclusive) release(o *owner, holds int, latch, n string, h *heir) (script, bool) {
-	leaseMs := strconv.FormatInt(o.ttl().Milliseconds(), 10)
-	if l.fair != nil {
-		return script{lua.FairRelease, l.keys(l.channel, latch),
-			[]string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs()}}, false
-	}
-	// Whether the Client has waiters left: besides the heir, if it hands the lock on.
-	heirs := 0
-	if h != nil {
-		heirs = 1
-	}
-	left := o.c.mux.Waiters(l.clientCh) > heirs
-	args := []string{leaseMs, o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n,
-		o.c.lockToken, flag(left), o.c.fairWaitMs}
-	if o.c.beforeRelease != nil {
-		o.c.beforeRelease()
-	}
-	if h != nil {
-		args = append(args, h.o.id, h.leaseMs)
-	}
-	if !left {
-		o.c.mux.Unforward(l.channel) // the release ends the Client's listening
-	}
-	return script{lua.LockRelease, []string{o.name, l.channel, latch, l.clients, l.listener}, args}, h == nil && left
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It reports whether there
@@ -471,11 +324,8 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := o.check(ctx); err != nil {
 		return false, err
 	}
-	script, keys, args := lua.LockForceRelease, []string{o.name, l.channel, l.clients}, []string{o.c.publishCmd}
-	if l.fair != nil {
-		script, keys, args = lua.FairForceRelease, l.keys(l.channel), []string{o.c.publishCmd, nowMs()}
-	}
-	msg, confirmed, err := o.c.once(ctx, script, keys, args) // once: a repeat could delete a hold taken since
+	r := l.v.forceRelease(o)
+	msg, confirmed, err := o.c.once(ctx, r.s, r.keys, r.args) // once: a repeat could delete a hold taken since
 	if err != nil {
 		return false, o.wrap(err)
 	}

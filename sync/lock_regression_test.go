@@ -305,7 +305,7 @@ func TestNotHeldReleaseRepeatsAsNotHeld(t *testing.T) {
 			req := strconv.Itoa(9 + i)
 			args := []string{"30000", mu.Owner(), c.publishCmd, unlockLatchMs, holds, req, c.lockToken, "0", c.fairWaitMs}
 			for run := range 2 {
-				err := lua.LockRelease.Exec(ctx, rdb, []string{mu.Name(), mu.channel, latch, mu.clients}, args).Error()
+				err := lua.LockRelease.Exec(ctx, rdb, []string{mu.Name(), mu.plain().channel, latch, mu.plain().clients, mu.plain().listener}, args).Error()
 				if !rueidis.IsRedisNil(err) {
 					t.Fatalf("holds %s, run %d: %v, want nil (not held)", holds, run, err)
 				}

@@ -70,7 +70,7 @@ func outageCases() []outageCase {
 		return func(t *testing.T, ctx context.Context, c, other *Client, name string) (func(context.Context) error, string) {
 			must(t, other.Lock(name).Lock(ctx, Lease(time.Minute)))
 			l := c.Lock(name)
-			return func(ctx context.Context) error { return lock(l, ctx) }, l.clientCh
+			return func(ctx context.Context) error { return lock(l, ctx) }, l.plain().clientCh
 		}
 	}
 	heldFair := func(lock func(l *FairLock, ctx context.Context) error) func(*testing.T, context.Context, *Client, *Client, string) (func(context.Context) error, string) {
@@ -84,7 +84,7 @@ func outageCases() []outageCase {
 		return func(t *testing.T, ctx context.Context, c, other *Client, name string) (func(context.Context) error, string) {
 			must(t, other.FencedLock(name).Lock(ctx, Lease(time.Minute)))
 			l := c.FencedLock(name)
-			return func(ctx context.Context) error { return lock(l, ctx) }, l.clientCh
+			return func(ctx context.Context) error { return lock(l, ctx) }, l.plain().clientCh
 		}
 	}
 	// held by a reader elsewhere (write) or a writer (read)
@@ -104,7 +104,7 @@ func outageCases() []outageCase {
 			must(t, other.Lock(name+":a").Lock(ctx, Lease(time.Minute)))
 			a := c.Lock(name + ":a")
 			m := MultiLock(a, c.Lock(name+":b"))
-			return func(ctx context.Context) error { return lock(m, ctx) }, a.clientCh
+			return func(ctx context.Context) error { return lock(m, ctx) }, a.plain().clientCh
 		}
 	}
 	sem := func(call func(s *Semaphore, ctx context.Context) error) func(*testing.T, context.Context, *Client, *Client, string) (func(context.Context) error, string) {

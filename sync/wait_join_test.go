@@ -29,8 +29,8 @@ func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (
 	t.Cleanup(cancel)
 	result := make(chan error, 1)
 	go func() { result <- c.Lock(name).Lock(otherCtx) }()
-	eventually(t, waitFor, "other handle waiting", func() bool { return c.mux.Waiters(holder.clientCh) == 1 })
-	subscribed(t, c, holder.clientCh)
+	eventually(t, waitFor, "other handle waiting", func() bool { return c.mux.Waiters(holder.plain().clientCh) == 1 })
+	subscribed(t, c, holder.plain().clientCh)
 	return holder, result
 }
 

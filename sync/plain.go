@@ -1,0 +1,167 @@
+package sync
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
+)
+
+// plainLock is Lock's variant: Redisson's non-fair lock. A Client with waiters registers in
+// the zset clients (see lib.lua), and its waiters listen on a channel of its own, clientCh:
+// a release that frees the lock wakes one Client there, and within a Client waiters queue
+// behind each other and may be handed the lock by a local release (see heirs). One waiting
+// Client, the listener, also hears the lock's Redisson channel for the others.
+type plainLock struct {
+	channel  string // the lock's channel, Redisson's
+	clients  string // the zset of waiting Clients
+	clientCh string // the channel this Client's waiters listen on
+	listener string // the key naming the listener Client (see lib.lua's listen)
+}
+
+func newPlainLock(c *Client, name string) plainLock {
+	clients := suffixName(name, "lock_clients")
+	return plainLock{channel: prefixName(lockChannelPrefix, name), clients: clients,
+		clientCh: clients + ":" + c.lockToken, listener: clients + ":listener"}
+}
+
+func (p *plainLock) wakeCh(*owner) string { return p.clientCh }
+
+// prepare queues a waiter that may join to be handed the lock by a local release.
+func (p *plainLock) prepare(a *lockAttempt, w *wait) {
+	if w.join && a.o.c.maxHandoff > 0 {
+		a.heir = heir{key: a.o.name, o: a.o, lease: a.lease, leaseMs: a.leaseMs}
+		w.heir = &a.heir
+	}
+}
+
+func (p *plainLock) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
+	return p.attemptAs(ctx, o, lease, leaseMs, a, out, "")
+}
+
+// attemptAs makes one attempt, for the waiting acquisition a (nil: a single attempt), of a
+// fenced lock if tokenKey is its token counter. A waiting attempt registers the Client, once
+// its channel is subscribed (a wake sent to a Client not yet subscribed would reach nobody),
+// and is told to attempt again within a third of the registration's wait time; its reply
+// says whether the Client is the listener.
+func (p *plainLock) attemptAs(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut, tokenKey string) (int64, bool, error) {
+	registered, others := false, false // a waiting attempt, of a Client with other waiters
+	ttl, ok, err := o.attempt(ctx, lease, func() script {
+		keys := []string{o.name, p.clients, p.listener, tokenKey} // a fenced lock's token key last
+		if tokenKey == "" {
+			keys = keys[:3]
+		}
+		if a != nil && o.c.mux.Subscribed(p.clientCh) {
+			registered, others = true, o.c.mux.Waiters(p.clientCh) > 1
+			return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken,
+				o.c.fairWaitMs, flag(others), o.c.publishCmd}}
+		}
+		if tokenKey == "" {
+			keys = keys[:1]
+		}
+		return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
+	}, out)
+	if registered && err == nil {
+		// The listener role may come to this Client by a message on its channel (see
+		// lib.lua's resign).
+		o.c.mux.Cue(p.clientCh, "00", p.channel, pubsub.LockPolicy)
+		switch {
+		case out.listen:
+			_ = o.c.mux.Forward(p.channel, p.clientCh, pubsub.LockPolicy)
+		case !ok || !others:
+			o.c.mux.Unforward(p.channel) // another Client listens, or this one resigned
+		}
+	}
+	if a != nil {
+		ttl = o.c.keepAlive(ttl)
+	}
+	return ttl, ok, err
+}
+
+func (p *plainLock) release(o *owner, holds int, latch, n string) script {
+	r, _ := p.releaseTo(o, holds, latch, n, nil)
+	return r
+}
+
+// releaseTo makes o's numbered release of one of holds it has in Redis, handing the lock to
+// h if not nil, and reports whether, at the last hold, it registers the Client again for
+// waiters it has left.
+func (p *plainLock) releaseTo(o *owner, holds int, latch, n string, h *heir) (script, bool) {
+	heirs := 0 // whether the Client has waiters left: besides the heir, if it hands the lock on
+	if h != nil {
+		heirs = 1
+	}
+	left := o.c.mux.Waiters(p.clientCh) > heirs
+	args := []string{strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
+		strconv.Itoa(holds), n, o.c.lockToken, flag(left), o.c.fairWaitMs}
+	if o.c.beforeRelease != nil {
+		o.c.beforeRelease()
+	}
+	if h != nil {
+		args = append(args, h.o.id, h.leaseMs)
+	}
+	if !left {
+		o.c.mux.Unforward(p.channel) // the release ends the Client's listening
+	}
+	return script{lua.LockRelease, []string{o.name, p.channel, latch, p.clients, p.listener}, args}, h == nil && left
+}
+
+// unlock releases one hold of o's, handing a last one to the Client's longest-waiting waiter,
+// if any, unless WithLocalHandoff's run is over.
+func (p *plainLock) unlock(ctx context.Context, o *owner) error {
+	registered := false // the release registers the Client again, for its waiters left
+	err := o.release(ctx, func(last bool, latch, n string) (script, *heir) {
+		var h *heir
+		if last && o.run < o.c.maxHandoff && !o.c.closing() {
+			h = o.c.heirs.reserve(o.name)
+		}
+		var r script
+		r, registered = p.releaseTo(o, o.count, latch, n, h)
+		registered = registered && last
+		return r, h
+	})
+	if registered && o.c.mux.Waiters(p.clientCh) == 0 && !o.c.isClosed() {
+		// The waiters it registered for left while it was on its way.
+		p.waitLeft(ctx, o, o.c.bound(context.WithoutCancel(ctx)).Add(replyGrace))
+	}
+	return err
+}
+
+func (p *plainLock) forceRelease(o *owner) script {
+	return script{lua.LockForceRelease, []string{o.name, p.channel, p.clients}, []string{o.c.publishCmd}}
+}
+
+// left is waitLeft, after a wait that ended without the lock (also when Close ended it: the
+// rueidis client is still open then, as Close's doc asks, and a registration left behind
+// would take a wake from others). No release gives the lock to a waiter that left.
+func (p *plainLock) left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error) {
+	p.waitLeft(ctx, a.o, until)
+	return false, nil
+}
+
+// waitLeft keeps the Client's registration in step with its waiters after a wait ended
+// without the lock, or after a release that registered the Client for waiters that have
+// left since. The Client's last waiter drops the registration and its listening (or, if a
+// release woke this Client as the wait ended, wakes the next Client: lock_leave.lua). And
+// one waiter still there attempts again: one that came meanwhile may have registered just
+// before the leave dropped it, and one that queued behind this wait never attempted. The
+// leave runs in the background, as o, awaited until until at most (see owner.withdraw).
+func (p *plainLock) waitLeft(ctx context.Context, o *owner, until time.Time) {
+	wake := func() { o.c.mux.Wake(p.clientCh) }
+	if o.c.mux.Waiters(p.clientCh) != 0 {
+		wake()
+		return
+	}
+	if o.c.beforeLeave != nil {
+		o.c.beforeLeave()
+	}
+	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, p.clients, p.channel, p.listener},
+		[]string{o.c.lockToken, o.c.publishCmd, o.c.fairWaitMs}}, nil, func() {
+		if o.c.mux.Waiters(p.clientCh) == 0 {
+			o.c.mux.Unforward(p.channel)
+		}
+		wake()
+	})
+}

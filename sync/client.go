@@ -301,7 +301,7 @@ func (c *Client) renewer(s *lua.Script, keys func(watchdog.Batch) []string, now 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, confirmed := c.run(ctx, s, e.Keys, e.Args)
+				res, confirmed := (&scriptCall{c, s, e.Keys, e.Args}).send(ctx)
 				out[i] = c.renewed(res, confirmed)
 			}()
 		}

@@ -77,23 +77,23 @@ func (f *fairLock) prepare(a *lockAttempt, w *wait) {
 		if msg != a.token {
 			return false, nil, false
 		}
-		return a.o.takeGrant(a.lease, a.requests)
+		return a.o.takeGrant(a.lease, &a.out)
 	}
 }
 
-// attempt takes the lock, or takes or keeps the waiter's place in the queue; a waiter is told
-// to attempt again within a third of the place's wait time.
-func (f *fairLock) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
-	ttl, ok, err := o.attempt(ctx, lease, func() script {
-		token := "0"
-		if a != nil {
-			a.requests = o.requests + 1 // this one
-			a.token = o.c.newToken()
-			token = a.token
-		}
-		return script{lua.FairAcquire, f.keys(o),
-			[]string{leaseMs, o.id, strconv.Itoa(o.count), o.c.fairWaitMs, nowMs(), flag(a != nil), token}}
-	}, out)
+// request takes the lock, or takes or keeps the waiter's place in the queue, with a token
+// of its own: the message with which a release grants this attempt the lock.
+func (f *fairLock) request(o *owner, leaseMs string, a *lockAttempt) (script, int) {
+	token := "0"
+	if a != nil {
+		a.token = o.c.newToken()
+		token = a.token
+	}
+	return script{lua.FairAcquire, f.keys(o), []string{leaseMs, o.id, "", o.c.fairWaitMs, nowMs(), flag(a != nil), token}}, 2
+}
+
+// replied tells a waiter to attempt again within a third of its place's wait time.
+func (f *fairLock) replied(o *owner, _ *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error) {
 	return o.c.keepAlive(ttl), ok, err
 }
 
@@ -139,14 +139,15 @@ func (f *fairLock) left(ctx context.Context, a *lockAttempt, until time.Time) (b
 func (c *Client) newToken() string { return strconv.FormatUint(c.waits.Add(1)+1, 10) }
 
 // takeGrant records the hold of a waiter granted the lock, if the owner has made no request
-// since the attempt that asked for it (requests): the grant came after that attempt, and
+// since the attempt that asked for it (whose outcome is attempt): the grant came after that attempt, and
 // nothing of the owner's since can have taken or released it, so the hold is there, timed
 // from that attempt. Otherwise — or if the lease, so timed, has less than half left — it
 // reports the grant not taken, and the waiter attempts, which adopts and renews whatever
 // hold of its owner's is there.
-func (o *owner) takeGrant(lease time.Duration, requests uint64) (ok bool, err error, taken bool) {
+func (o *owner) takeGrant(lease time.Duration, attempt *acquireOut) (ok bool, err error, taken bool) {
 	_ = o.lock(context.Background())
 	defer o.unlock()
+	requests := attempt.requests
 	ttl := o.c.leaseOr(lease)
 	// With WithSyncReplicas, only the owner's own script can have its hold confirmed; once
 	// the Client is closed, the wait's leave gives the grant back.

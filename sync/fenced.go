@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -47,8 +46,8 @@ type fencedLock struct {
 
 func (f *fencedLock) prepare(*lockAttempt, *wait) {}
 
-func (f *fencedLock) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
-	return f.attemptAs(ctx, o, lease, leaseMs, a, out, f.token)
+func (f *fencedLock) request(o *owner, leaseMs string, a *lockAttempt) (script, int) {
+	return f.requestAs(o, leaseMs, a, f.token)
 }
 
 func (f *fencedLock) unlock(ctx context.Context, o *owner) error { return releaseOne(ctx, o, f) }

@@ -74,9 +74,11 @@ type variant interface {
 	// prepare readies the wait w of the waiting acquisition a (how a release may hand or
 	// grant it the lock, whether it may join).
 	prepare(a *lockAttempt, w *wait)
-	// attempt makes one attempt as o, for the waiting acquisition a (nil: a single attempt);
-	// see owner.attempt.
-	attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error)
+	// request is o's acquire request, for the waiting acquisition a (nil: a single attempt),
+	// and the index of its argument of the holds o knows it has (see owner.attempt).
+	request(o *owner, leaseMs string, a *lockAttempt) (script, int)
+	// replied is what the wait of a (nil: a single attempt) makes of an attempt's outcome.
+	replied(o *owner, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error)
 	// left withdraws a's claim after its wait ended without the lock, awaited until until at
 	// most, and reports whether a release gave a the lock meanwhile, which it then holds.
 	left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error)
@@ -204,9 +206,40 @@ func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, e
 
 // acquire attempts, and waits up to limit (negative: without limit) for the lock; out, if
 // not nil, is given what the acquire that took it replied besides (a fenced lock's token).
+// An acquisition that may wait attempts at once when no waiter of the Client is ahead of it
+// and its channel is not subscribed (the lock is most likely free), and waits only if that
+// fails (see Client.acquire).
 func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out *acquireOut) (bool, error) {
 	o := l.borrow()
-	ok, err := l.acquireAs(ctx, o, lease, limit, out)
+	leaseMs := o.c.leaseMs(lease)
+	start := time.Now()
+	var a *lockAttempt
+	attemptOut := out
+	if limit != 0 {
+		a = &lockAttempt{l: l, o: o, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
+		attemptOut = &a.out
+	}
+	ttl, ok, err, tried, join := int64(-1), false, error(nil), false, false
+	if a != nil {
+		// A handle that holds the lock re-enters at once: queued behind waiters, it would
+		// wait for a release only it can make. Nor may a handle queue whose last acquire's
+		// outcome is unknown: it may hold the lock without knowing, and its attempt adopts
+		// such a hold.
+		if err = o.lock(ctx); err == nil {
+			join = o.count == 0 && !o.doubtful()
+			o.unlock()
+		}
+	}
+	if ch := l.v.wakeCh(o); err == nil && (a == nil || !o.c.mux.Subscribed(ch) && o.c.mux.Waiters(ch) == 0) {
+		ttl, ok, err = l.attempt(ctx, o, lease, leaseMs, a, attemptOut)
+		tried = true
+	}
+	if a != nil && !ok && (tried || err == nil) {
+		ok, err = l.wait(ctx, a, limit, join, start, tried, ttl, err)
+	}
+	if a != nil && out != nil {
+		*out = a.out
+	}
 	switch {
 	case o == &l.o:
 	case ok:
@@ -217,27 +250,20 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	return ok, err
 }
 
-// acquireAs is acquire, as owner o.
-func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.Duration, out *acquireOut) (bool, error) {
-	leaseMs := o.c.leaseMs(lease)
-	if limit == 0 {
-		_, ok, err := l.v.attempt(ctx, o, lease, leaseMs, nil, out)
-		return ok, err
-	}
-	// A handle that holds the lock re-enters at once: queued behind waiters, it would wait for
-	// a release only it can make. Nor may a handle queue whose last acquire's outcome is
-	// unknown: it may hold the lock without knowing, and its attempt adopts such a hold.
-	if err := o.lock(ctx); err != nil {
-		return false, err
-	}
-	join := o.count == 0 && !o.doubtful()
-	o.unlock()
-	a := &lockAttempt{l: l, o: o, lease: lease, leaseMs: leaseMs} // one allocation for the whole wait
+// wait waits up to limit, from start, for the lock, for a, which may join the Client's other
+// waiters; tried says whether a's first attempt was made already, which replied ttl or err
+// (then a withdraws whatever claim it made).
+func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duration, join bool, start time.Time, tried bool, ttl int64, err error) (bool, error) {
+	o := a.o
 	w := wait{channel: l.v.wakeCh(o), policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	l.v.prepare(a, &w)
-	ok, err := o.c.acquire(ctx, w)
-	if out != nil {
-		*out = a.out
+	var ok bool
+	switch {
+	case err != nil:
+	case tried:
+		ok, err = o.c.waitAfter(ctx, w, start, ttl)
+	default:
+		ok, err = o.c.acquire(ctx, w)
 	}
 	switch {
 	case ok:
@@ -261,12 +287,13 @@ func (l *exclusive) acquireAs(ctx context.Context, o *owner, lease, limit time.D
 // A lockAttempt is one waiting acquisition of a Lock: its attempt, and its place in the
 // hand-off queue.
 type lockAttempt struct {
-	l        *exclusive
-	o        *owner
-	lease    time.Duration
-	leaseMs  string
-	token    string // a fair lock's: the message with which a release grants its latest attempt the lock
-	requests uint64 // the owner's request count at this wait's latest attempt
+	l       *exclusive
+	o       *owner
+	lease   time.Duration
+	leaseMs string
+	token   string // a fair lock's: the message with which a release grants its latest attempt the lock
+	// a plain lock's: its latest attempt registered the Client, which has others waiting
+	registered, others bool
 	// out.listen: a plain lock's Client is the listener (see listen);
 	// out.token: a fenced lock's token, once taken.
 	out  acquireOut
@@ -274,7 +301,14 @@ type lockAttempt struct {
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
-	return a.l.v.attempt(ctx, a.o, a.lease, a.leaseMs, a, &a.out)
+	return a.l.attempt(ctx, a.o, a.lease, a.leaseMs, a, &a.out)
+}
+
+// attempt makes one attempt as o, for the waiting acquisition a (nil: a single attempt).
+func (l *exclusive) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
+	r, holds := l.v.request(o, leaseMs, a)
+	ttl, ok, err := o.attempt(ctx, lease, r, holds, out)
+	return l.v.replied(o, a, ttl, ok, err)
 }
 
 // Unlock releases one hold. When Unlock returns nil, the hold is released: the lock is freed
@@ -325,15 +359,15 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	r := l.v.forceRelease(o)
-	msg, confirmed, err := o.c.once(ctx, r.s, r.keys, r.args) // once: a repeat could delete a hold taken since
-	if err != nil {
+	msg, err := o.c.once(ctx, r.s, r.keys, r.args) // once: a repeat could delete a hold taken since
+	if !replied(err) {
 		return false, o.wrap(err)
 	}
-	n, err := msg.AsInt64()
-	if err != nil {
-		return false, o.wrap(err)
+	n, perr := msg.AsInt64()
+	if perr != nil {
+		return false, o.wrap(perr)
 	}
-	return n == 1, o.wrap(o.c.confirmed(confirmed))
+	return n == 1, o.wrap(err)
 }
 
 // IsLocked reports whether anyone holds the lock. Like every read, it waits for Redis while

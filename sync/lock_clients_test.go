@@ -284,7 +284,7 @@ func TestJavaForceUnlockWakesAWaiter(t *testing.T) {
 		must(t, holderC.Lock(name).Lock(ctx))
 		first := lockAsync(ctx, firstC.Lock(name))
 		eventually(t, waitFor, "the first waiter the listener", func() bool {
-			return numsub(t, b, firstC, lockChannel(name)) == 1 && mustGet(t, rdb, listenerKey(name)) == firstC.lockToken
+			return firstC.mux.Subscribed(lockChannel(name)) && mustGet(t, rdb, listenerKey(name)) == firstC.lockToken
 		})
 		second := lockAsync(ctx, secondC.Lock(name))
 		eventually(t, waitFor, "both Clients registered", func() bool {
@@ -303,8 +303,9 @@ func TestJavaForceUnlockWakesAWaiter(t *testing.T) {
 		at := forceUnlockAsJava()
 		wantResult(t, "the listener's waiter", first, 5*time.Second)
 		t.Logf("%s: woken and acquired %v after the forceUnlock", b.Name, time.Since(at))
-		eventually(t, waitFor, "the second Client the listener", func() bool {
-			return mustGet(t, rdb, listenerKey(name)) == secondC.lockToken && numsub(t, b, secondC, lockChannel(name)) == 1
+		eventually(t, waitFor, "the second Client the listener, and the first no longer", func() bool {
+			return mustGet(t, rdb, listenerKey(name)) == secondC.lockToken && secondC.mux.Subscribed(lockChannel(name)) &&
+				!firstC.mux.Subscribed(lockChannel(name)) && numsub(t, b, secondC, lockChannel(name)) == 1
 		})
 		at = forceUnlockAsJava()
 		wantResult(t, "the second Client's waiter", second, 5*time.Second)

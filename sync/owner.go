@@ -388,13 +388,15 @@ const (
 
 // acquireOut is what an acquire script's reply says besides taken or not.
 type acquireOut struct {
-	listen bool  // a plain lock's Client is the listener (see lib.lua's listen)
-	token  int64 // a fenced lock's token, of the hold taken
+	requests uint64 // the owner's request count at the attempt (see takeGrant)
+	listen   bool   // a plain lock's Client is the listener (see lib.lua's listen)
+	token    int64  // a fenced lock's token, of the hold taken
 }
 
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
 // release of unknown outcome, and records the hold it took with lease (0: kept by the
-// watchdog). req, called under op, makes the request; every acquire script replies nil (or
+// watchdog). r is the request, whose argument holdsArg is set, under op, to the holds the
+// owner knows it has; every acquire script replies nil (or
 // a fenced lock's {-1, token}) when it took or re-entered, acquireLost when the owner knows
 // of holds but Redis has none, or else a wait hint in ms (negative: unknown) — or {hint}
 // when a plain lock's Client is the listener (lock_acquire.lua). out, if not nil, is given
@@ -403,11 +405,11 @@ type acquireOut struct {
 // A hold taken that too few replicas confirmed (WithSyncReplicas), or once the Client was
 // closed, is given back at once (see giveBack) and the attempt fails with an error wrapping
 // ErrNotReplicated or ErrClosed.
-func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script, out *acquireOut) (int64, bool, error) {
+func (o *owner) attempt(ctx context.Context, lease time.Duration, r script, holdsArg int, out *acquireOut) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
-	var pending <-chan rueidis.RedisResult // the script's reply, which ctx ended before
+	var pending <-chan sent // the script's reply, which ctx ended before
 	defer func() {
 		if pending == nil {
 			o.unlock()
@@ -420,9 +422,12 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		return 0, false, o.lost("re-entry after the lease was lost")
 	}
 	sent := time.Now()
-	r := req()
+	r.args[holdsArg] = strconv.Itoa(o.count)
 	o.requests++
-	msg, pending, err := o.c.execAs(ctx, true, r.s, r.keys, r.args)
+	if out != nil {
+		out.requests = o.requests
+	}
+	msg, pending, err := o.c.try(ctx, true, true, &scriptCall{o.c, r.s, r.keys, r.args})
 	var disowned error // a reply, but a hold taken goes back: why (see disown)
 	if errors.Is(err, ErrNotReplicated) {
 		disowned, err = err, nil
@@ -490,9 +495,9 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 // request: its next call waits for op, and so finds Redis as its caller was told. With no
 // reply (the send's end), the acquire's outcome stays unknown (unsure). Caller holds op,
 // which late gives back.
-func (o *owner) late(pending <-chan rueidis.RedisResult, holds int) {
+func (o *owner) late(pending <-chan sent, holds int) {
 	defer o.unlock()
-	msg, err := (<-pending).ToMessage()
+	msg, err := (<-pending).res.ToMessage()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return
 	}

@@ -414,11 +414,10 @@ func (s *PermitSemaphore) state(ctx context.Context, mode string, args ...string
 	if err := o.check(ctx); err != nil {
 		return stateReply{err: err}
 	}
-	msg, _, err := o.c.execAs(ctx, mode == "update", lua.PermitState, []string{o.name, s.timeouts, s.channel},
-		append([]string{mode, nowMs(), o.c.publishCmd}, args...))
-	if mode != "update" && errors.Is(err, ErrNotReplicated) {
-		err = nil // a read: what it gave back of expired permits needs no confirming
-	}
+	// A read unless it updates: what a read gave back of expired permits needs no
+	// confirming.
+	msg, _, err := o.c.try(ctx, mode == "update", true, &scriptCall{o.c, lua.PermitState, []string{o.name, s.timeouts, s.channel},
+		append([]string{mode, nowMs(), o.c.publishCmd}, args...)})
 	return stateReply{msg, err}
 }
 

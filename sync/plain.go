@@ -37,47 +37,50 @@ func (p *plainLock) prepare(a *lockAttempt, w *wait) {
 	}
 }
 
-func (p *plainLock) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
-	return p.attemptAs(ctx, o, lease, leaseMs, a, out, "")
+func (p *plainLock) request(o *owner, leaseMs string, a *lockAttempt) (script, int) {
+	return p.requestAs(o, leaseMs, a, "")
 }
 
-// attemptAs makes one attempt, for the waiting acquisition a (nil: a single attempt), of a
-// fenced lock if tokenKey is its token counter. A waiting attempt registers the Client, once
-// its channel is subscribed (a wake sent to a Client not yet subscribed would reach nobody),
-// and is told to attempt again within a third of the registration's wait time; its reply
-// says whether the Client is the listener.
-func (p *plainLock) attemptAs(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut, tokenKey string) (int64, bool, error) {
-	registered, others := false, false // a waiting attempt, of a Client with other waiters
-	ttl, ok, err := o.attempt(ctx, lease, func() script {
-		keys := []string{o.name, p.clients, p.listener, tokenKey} // a fenced lock's token key last
-		if tokenKey == "" {
-			keys = keys[:3]
-		}
-		if a != nil && o.c.mux.Subscribed(p.clientCh) {
-			registered, others = true, o.c.mux.Waiters(p.clientCh) > 1
-			return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count), o.c.lockToken,
-				o.c.fairWaitMs, flag(others), o.c.publishCmd}}
-		}
-		if tokenKey == "" {
-			keys = keys[:1]
-		}
-		return script{lua.LockAcquire, keys, []string{leaseMs, o.id, strconv.Itoa(o.count)}}
-	}, out)
-	if registered && err == nil {
+// requestAs is the request of an attempt for the waiting acquisition a (nil: a single
+// attempt), of a fenced lock if tokenKey is its token counter. A waiting attempt registers
+// the Client, once its channel is subscribed (a wake sent to a Client not yet subscribed
+// would reach nobody).
+func (p *plainLock) requestAs(o *owner, leaseMs string, a *lockAttempt, tokenKey string) (script, int) {
+	keys := []string{o.name, p.clients, p.listener, tokenKey} // a fenced lock's token key last
+	if tokenKey == "" {
+		keys = keys[:3]
+	}
+	if a != nil {
+		a.registered = o.c.mux.Subscribed(p.clientCh)
+	}
+	if a != nil && a.registered {
+		a.others = o.c.mux.Waiters(p.clientCh) > 1
+		return script{lua.LockAcquire, keys, []string{leaseMs, o.id, "", o.c.lockToken, o.c.fairWaitMs, flag(a.others), o.c.publishCmd}}, 2
+	}
+	if tokenKey == "" {
+		keys = keys[:1]
+	}
+	return script{lua.LockAcquire, keys, []string{leaseMs, o.id, ""}}, 2
+}
+
+// replied follows what a waiting attempt's reply says of the Client's listening, and tells
+// the waiter to attempt again within a third of the registration's wait time.
+func (p *plainLock) replied(o *owner, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error) {
+	if a == nil {
+		return ttl, ok, err
+	}
+	if a.registered && err == nil {
 		// The listener role may come to this Client by a message on its channel (see
 		// lib.lua's resign).
 		o.c.mux.Cue(p.clientCh, "00", p.channel, pubsub.LockPolicy)
 		switch {
-		case out.listen:
+		case a.out.listen:
 			_ = o.c.mux.Forward(p.channel, p.clientCh, pubsub.LockPolicy)
-		case !ok || !others:
+		case !ok || !a.others:
 			o.c.mux.Unforward(p.channel) // another Client listens, or this one resigned
 		}
 	}
-	if a != nil {
-		ttl = o.c.keepAlive(ttl)
-	}
-	return ttl, ok, err
+	return o.c.keepAlive(ttl), ok, err
 }
 
 func (p *plainLock) release(o *owner, holds int, latch, n string) script {

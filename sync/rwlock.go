@@ -239,16 +239,12 @@ func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.
 		if l.reentrant {
 			writer = p.w.id // its own write hold lets it read (a downgrade)
 		}
-		return o.attempt(ctx, lease, func() script {
-			return script{lua.ReadAcquire, []string{o.name, p.timeouts, l.writers},
-				[]string{leaseMs, o.id, writer, strconv.Itoa(o.count), nowMs()}}
-		}, nil)
+		return o.attempt(ctx, lease, script{lua.ReadAcquire, []string{o.name, p.timeouts, l.writers},
+			[]string{leaseMs, o.id, writer, "", nowMs()}}, 3, nil)
 	}
 	o := &p.w
-	ttl, ok, err := o.attempt(ctx, lease, func() script {
-		return script{lua.WriteAcquire, []string{o.name, l.writers},
-			[]string{leaseMs, o.id, strconv.Itoa(o.count), nowMs(), c.fairWaitMs, flag(waiting)}}
-	}, nil)
+	ttl, ok, err := o.attempt(ctx, lease, script{lua.WriteAcquire, []string{o.name, l.writers},
+		[]string{leaseMs, o.id, "", nowMs(), c.fairWaitMs, flag(waiting)}}, 2, nil)
 	return c.keepAlive(ttl), ok, err
 }
 

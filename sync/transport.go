@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/latchkey/latchkey/lua"
@@ -18,42 +17,48 @@ import (
 // Transport: every request to Redis goes through here, bounded (see try) and repeated while
 // its reply is lost or Redis refused to run it.
 
-// exec runs a script that is safe to repeat. A reply lost to the network, or a refusal that
-// means the script did not run (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY;
-// and MOVED, ASK, which reach it only from a connection of its own),
-// is retried with backoff within the retry budget and while ctx lasts (a release passes a
-// context without cancellation: it must still run when the caller's request has ended). A
-// script already sent is awaited replyGrace past ctx's end (only its reply tells what it
-// did), and within the retry budget at most (see try). When no reply came back for a run
-// that may have acted, the error wraps ErrOutcomeUnknown, and ctx.Err() once ctx ended. A
-// nil reply is no error.
-//
-// With WithSyncReplicas, each run is followed by WAIT, and a run that got a reply but fewer
-// confirmations than asked returns its reply with an error wrapping ErrNotReplicated.
+// exec runs a script that is safe to repeat (see try). With WithSyncReplicas, each run is
+// followed by WAIT, and a run that got a reply but fewer confirmations than asked returns its
+// reply with an error wrapping ErrNotReplicated.
 func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
-	msg, _, err := c.execAs(ctx, true, s, keys, args)
+	msg, _, err := c.try(ctx, true, true, &scriptCall{c, s, keys, args})
 	return msg, err
 }
 
-// execAs is exec for a change, or for a read (see Client.read) when change is false, and
-// returns the send still pending when ctx ended first (see try).
-func (c *Client) execAs(ctx context.Context, change bool, s *lua.Script, keys, args []string) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
-	var confirmed atomic.Int64 // written by a send, which may be abandoned (see send)
-	msg, pending, err := c.try(ctx, change, func(ctx context.Context) rueidis.RedisResult {
-		res, n := c.run(ctx, s, keys, args)
-		confirmed.Store(n)
-		return res
-	})
-	if err == nil {
-		err = c.confirmed(confirmed.Load())
-	}
-	return msg, pending, err
+// read runs do, a read, as exec runs a script: repeated while its reply is lost, within the
+// retry budget and while ctx lasts. An error says Redis could not be reached in time (a read
+// has no outcome to be unknown), or that ctx ended.
+func (c *Client) read(ctx context.Context, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, error) {
+	msg, _, err := c.try(ctx, false, true, readCall(do))
+	return msg, err
 }
 
-// run runs s once and returns its result and how many replicas confirmed the run: with
-// WithSyncReplicas, WAIT follows the script, pipelined on the same connection (WAIT counts
-// the replicas that have the connection's writes), and -1 means WAIT did not answer.
-func (c *Client) run(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisResult, int64) {
+// once runs s a single time, for a request that is not safe to repeat (see try).
+func (c *Client) once(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	msg, _, err := c.try(ctx, true, false, &scriptCall{c, s, keys, args})
+	return msg, err
+}
+
+// A call is one request as try sends it.
+type call interface {
+	// send sends it once and returns its result and how many replicas confirmed it (see
+	// WithSyncReplicas; -1: WAIT did not answer).
+	send(ctx context.Context) (rueidis.RedisResult, int64)
+}
+
+// A scriptCall runs a script, followed by WAIT with WithSyncReplicas: pipelined on the same
+// connection, as WAIT counts the replicas that have the connection's writes.
+type scriptCall struct {
+	c          *Client
+	s          *lua.Script
+	keys, args []string
+}
+
+func (r *scriptCall) send(ctx context.Context) (rueidis.RedisResult, int64) {
+	c, s, keys, args := r.c, r.s, r.keys, r.args
 	if c.replicas == 0 {
 		return s.Exec(ctx, c.rdb, keys, args), 0
 	}
@@ -89,6 +94,17 @@ func (c *Client) run(ctx context.Context, s *lua.Script, keys, args []string) (r
 	return rs[0], n
 }
 
+// A readCall is a read: it has no replicas to wait for.
+type readCall func(context.Context) rueidis.RedisResult
+
+func (f readCall) send(ctx context.Context) (rueidis.RedisResult, int64) { return f(ctx), 0 }
+
+// A sent is a send's outcome.
+type sent struct {
+	res       rueidis.RedisResult
+	confirmed int64
+}
+
 // confirmed is the error of a change n replicas confirmed (see WithSyncReplicas).
 func (c *Client) confirmed(n int64) error {
 	switch {
@@ -103,14 +119,6 @@ func (c *Client) confirmed(n int64) error {
 // replied reports whether a request got its reply: err is nil, or says only that too few
 // replicas confirmed the run (WithSyncReplicas).
 func replied(err error) bool { return err == nil || errors.Is(err, ErrNotReplicated) }
-
-// read runs do, a read, as exec runs a script: repeated while its reply is lost, within the
-// retry budget and while ctx lasts. An error says Redis could not be reached in time (a read
-// has no outcome to be unknown), or that ctx ended.
-func (c *Client) read(ctx context.Context, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, error) {
-	msg, _, err := c.try(ctx, false, do)
-	return msg, err
-}
 
 // replyGrace is how long past the end of its call a request already sent is still awaited:
 // a reply on its way then tells what the request did, which a guess would not.
@@ -130,31 +138,88 @@ func (c *Client) bound(ctx context.Context) time.Time {
 	return until
 }
 
-// try runs do, for a change (exec) or a read (read). Every send has its end: the
-// retry budget from the first (at least minReplyWait), and replyGrace: neither a Redis that
-// is unreachable nor one that hangs holds a request longer. The caller waits for a send as
-// long as its ctx lasts, and replyGrace after it ended at most (a release, whose ctx has no
-// end, for the send's whole life): a script already sent is awaited that long, since only
-// its reply tells what it did. A send the caller stopped waiting for is pending: the reply
-// comes on the channel returned, by the send's end (an error then: it was abandoned), for
-// the caller to act on in the background (see owner.attempt).
-func (c *Client) try(ctx context.Context, change bool, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
+// try sends r, for a change (exec) or a read (read), and repeats it if repeat is true. A
+// reply lost to the network, or a refusal that means the script did not run (LOADING, BUSY,
+// TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY; and MOVED, ASK, which reach it only from a
+// connection of its own), is repeated with backoff within the retry budget and while ctx
+// lasts (a release passes a context without cancellation: it must still run when the
+// caller's request has ended).
+//
+// Every send has its end: the retry budget from the first (at least minReplyWait), and
+// replyGrace: neither a Redis that is unreachable nor one that hangs holds a request longer,
+// even if rueidis goes on waiting (as it does for a connection another request is dialling).
+// The caller waits for a send as long as its ctx lasts, and replyGrace after it ended at
+// most (a release, whose ctx has no end, for the send's whole life): a script already sent
+// is awaited that long, since only its reply tells what it did. A send the caller stopped
+// waiting for is pending: its outcome comes on the channel returned, by the send's end, for
+// the caller to act on in the background (see owner.late). When no reply came back for a
+// run that may have acted, the error wraps ErrOutcomeUnknown, and ctx.Err() once ctx ended.
+// A nil reply is no error.
+func (c *Client) try(ctx context.Context, change, repeat bool, r call) (rueidis.RedisMessage, <-chan sent, error) {
 	start := time.Now()
 	sendCtx := c.sendContext(ctx)
 	backoff := retryBackoff
 	unknown := false
 	for {
-		msg, pending, err := send(ctx, sendCtx, change, do)
-		if pending != nil { // the pending send ends with sendCtx, which it must outlive
-			return msg, pending, c.failed(ctx, change, err)
+		var out sent
+		got := true // out is the send's outcome
+		var pending chan sent
+		if ended := ctx.Done(); ended == nil {
+			// Nothing ends the caller's wait before the send's end, which bounds rueidis's
+			// wait: no goroutine of its own, no hand-over.
+			out.res, out.confirmed = r.send(sendCtx)
+		} else {
+			pending = make(chan sent, 1)
+			go func() {
+				var s sent
+				s.res, s.confirmed = r.send(sendCtx)
+				pending <- s
+			}()
+			var grace <-chan time.Time
+		wait:
+			select {
+			case out = <-pending:
+				pending = nil
+			case <-ended:
+				if change {
+					ended, grace = nil, time.After(replyGrace)
+					goto wait
+				}
+			case <-sendCtx.Done():
+				select {
+				case out = <-pending: // came as the send ended
+				default:
+					got = false
+				}
+				pending = nil
+			case <-grace:
+			}
+			if pending != nil {
+				select {
+				case out = <-pending:
+					pending = nil
+				default:
+					return rueidis.RedisMessage{}, pending, c.failed(ctx, change, errNoReply)
+				}
+			}
+			if !got {
+				out.res = rueidis.NewErrorResult(errNoReply)
+			}
 		}
+		if out.res.NonRedisError() != nil && sendCtx.Err() != nil {
+			out.res = rueidis.NewErrorResult(errNoReply) // not the caller's cancellation: the send's end
+		}
+		msg, err := out.res.ToMessage()
 		if err == nil || rueidis.IsRedisNil(err) {
+			if change {
+				return msg, nil, c.confirmed(out.confirmed)
+			}
 			return msg, nil, nil
 		}
 		rerr, isRedis := rueidis.IsRedisErr(err)
 		closing := c.sawClosing(err) // the client is closed: nothing was sent
 		unknown = unknown || (!isRedis && !closing)
-		if (isRedis && !notRun(rerr)) || closing || time.Since(start)+backoff > c.budget || sendCtx.Err() != nil ||
+		if !repeat || (isRedis && !notRun(rerr)) || closing || time.Since(start)+backoff > c.budget || sendCtx.Err() != nil ||
 			ctx.Err() != nil || c.isClosed() {
 			return msg, nil, c.failed(ctx, change && unknown, err)
 		}
@@ -221,89 +286,8 @@ func (s *windowCtx) Err() error {
 	}
 }
 
-// sendUntil is the context of a send of a call of ctx that ends at until (see sendContext).
-func sendUntil(ctx context.Context, until time.Time) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.WithoutCancel(ctx), until)
-}
-
 // errNoReply is the error of a send that got no reply before it, or its caller's wait, ended.
 var errNoReply = fmt.Errorf("no reply in time: %w", os.ErrDeadlineExceeded)
-
-// send runs do with sendCtx and returns its reply — or errNoReply when sendCtx ends first,
-// even if rueidis goes on waiting, as it does for a connection that another request is
-// dialling (whose context bounds the dial); or, when ctx ends, errNoReply with the channel
-// the reply will come on (pending): replyGrace later for a change, whose reply tells what it
-// did, and at once for a read.
-func send(ctx, sendCtx context.Context, change bool, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
-	run := func() rueidis.RedisResult {
-		r := do(sendCtx)
-		if r.NonRedisError() != nil && sendCtx.Err() != nil {
-			r = rueidis.NewErrorResult(errNoReply) // not the caller's cancellation: the send's end
-		}
-		return r
-	}
-	ended := ctx.Done()
-	if ended == nil {
-		// Nothing ends the caller's wait before the send's end (a release, a call without a
-		// context that ends), which bounds rueidis's wait: no goroutine of its own, no hand-over.
-		msg, err := run().ToMessage()
-		return msg, nil, err
-	}
-	res := make(chan rueidis.RedisResult, 1)
-	go func() { res <- run() }()
-	var grace <-chan time.Time
-	for {
-		select {
-		case r := <-res:
-			msg, err := r.ToMessage()
-			return msg, nil, err
-		case <-ended:
-			if !change {
-				return rueidis.RedisMessage{}, res, errNoReply
-			}
-			ended, grace = nil, time.After(replyGrace)
-			continue
-		case <-sendCtx.Done():
-			select {
-			case r := <-res: // came as the send ended
-				msg, err := r.ToMessage()
-				return msg, nil, err
-			default:
-				return rueidis.RedisMessage{}, nil, errNoReply
-			}
-		case <-grace:
-			select {
-			case r := <-res:
-				msg, err := r.ToMessage()
-				return msg, nil, err
-			default:
-				return rueidis.RedisMessage{}, res, errNoReply
-			}
-		}
-	}
-}
-
-// once runs s a single time, for a request that is not safe to repeat: until ctx's
-// deadline, or the retry budget when it has none (see try). An error for a run that may have
-// acted wraps ErrOutcomeUnknown.
-func (c *Client) once(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, int64, error) {
-	if err := ctx.Err(); err != nil {
-		return rueidis.RedisMessage{}, 0, err
-	}
-	sendCtx, cancel := sendUntil(ctx, c.bound(ctx).Add(replyGrace))
-	defer cancel()
-	var confirmed atomic.Int64 // written by the send, which may be abandoned
-	msg, _, err := send(ctx, sendCtx, true, func(ctx context.Context) rueidis.RedisResult {
-		res, n := c.run(ctx, s, keys, args)
-		confirmed.Store(n)
-		return res
-	})
-	if err != nil && !rueidis.IsRedisNil(err) {
-		_, isRedis := rueidis.IsRedisErr(err)
-		return msg, confirmed.Load(), c.failed(ctx, !isRedis && !c.sawClosing(err), err)
-	}
-	return msg, confirmed.Load(), nil
-}
 
 // failed is the error of a request of ctx that err ended: it wraps ctx.Err() once ctx has
 // ended, and ErrOutcomeUnknown when unknown. A send's own deadline (see try), which rueidis

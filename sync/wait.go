@@ -50,9 +50,10 @@ type attempter interface {
 // waiter still re-checks by the channel's hint (when the holder's lease runs out, which no
 // message announces) and makes at least one attempt before a deadline ends its wait.
 func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
+	start := time.Now()
 	var deadline time.Time
 	if w.limit > 0 {
-		deadline = time.Now().Add(w.limit)
+		deadline = start.Add(w.limit)
 	}
 	if w.join {
 		if sub, hint := c.mux.Join(w.channel); sub != nil {
@@ -86,11 +87,24 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 		return ok, err
 	}
 	if sub == nil {
-		if sub, err = c.mux.Subscribe(w.channel, w.policy); err != nil {
-			return false, c.waitEnded(err)
-		}
+		return c.waitAfter(ctx, w, start, ttl)
 	}
 	hint(sub, ttl)
+	return c.await(ctx, w, sub, deadline, ttl, true)
+}
+
+// waitAfter is acquire for a wait whose first attempt, made at start on a channel not yet
+// subscribed, failed with ttl: it subscribes and waits.
+func (c *Client) waitAfter(ctx context.Context, w wait, start time.Time, ttl int64) (bool, error) {
+	sub, err := c.mux.Subscribe(w.channel, w.policy)
+	if err != nil {
+		return false, c.waitEnded(err)
+	}
+	hint(sub, ttl)
+	var deadline time.Time
+	if w.limit > 0 {
+		deadline = start.Add(w.limit)
+	}
 	return c.await(ctx, w, sub, deadline, ttl, true)
 }
 

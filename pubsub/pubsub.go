@@ -79,8 +79,9 @@ type Options struct {
 	Mode Mode
 	// Logger receives connection and subscription events; nil means no logging.
 	Logger *zap.Logger
-	// CommandTimeout bounds each SUBSCRIBE/UNSUBSCRIBE round trip; 0 means 5 s.
-	CommandTimeout time.Duration
+	// commandTimeout bounds each SUBSCRIBE/UNSUBSCRIBE round trip; 0 means 5 s (tests
+	// lengthen it).
+	commandTimeout time.Duration
 	// Linger keeps a channel subscribed that long after its last waiter left, so that a
 	// waiter coming back soon (a handle taking its lock in a loop) finds it subscribed: no
 	// SUBSCRIBE and UNSUBSCRIBE per wait, and no re-check for a message it could have missed
@@ -109,7 +110,7 @@ type Mux struct {
 	dead chan struct{} // closed when the Mux stops for good: Close, or the client closed
 	done chan struct{} // closed when the run loop has returned
 	// ctx is the parent of every command's context; Close cancels it, so that Close does not
-	// wait up to CommandTimeout for a command stuck on an unresponsive server.
+	// wait up to its command timeout for a command stuck on an unresponsive server.
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -163,7 +164,7 @@ func New(client rueidis.Client, opts Options) *Mux {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	timeout := opts.CommandTimeout
+	timeout := opts.commandTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
@@ -258,7 +259,7 @@ func (w *Waiter) First() bool {
 	return w.ch != nil && w.ch.waiters[0] == w
 }
 
-// Waiters returns how many local waiters name has: for diagnostics and tests.
+// Waiters returns how many local waiters name has.
 func (m *Mux) Waiters(name string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -324,7 +325,7 @@ func (w *Waiter) Hint(at time.Time) {
 	}
 }
 
-// Subscribed reports whether name's subscription is confirmed: for diagnostics and tests.
+// Subscribed reports whether name's subscription is confirmed.
 func (m *Mux) Subscribed(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -701,14 +701,14 @@ func (f *freezer) freeze(on bool) {
 	}
 }
 
-// TestCloseWhileServerUnresponsive checks that Close does not wait out CommandTimeout for a
+// TestCloseWhileServerUnresponsive checks that Close does not wait out the command timeout for a
 // SUBSCRIBE the server never answers. (rueidis itself gives a silent connection up to 1 s
 // to close gracefully.)
 func TestCloseWhileServerUnresponsive(t *testing.T) {
 	b := redistest.Miniredis(t)
 	fz := newFreezer(t, b.Addr)
 	core, logs := observer.New(zapcore.DebugLevel)
-	m := New(redistest.ClientFor(t, fz.addr()), Options{CommandTimeout: time.Minute, Logger: zap.New(core)})
+	m := New(redistest.ClientFor(t, fz.addr()), Options{commandTimeout: time.Minute, Logger: zap.New(core)})
 	w := subscribe(t, m, "warm", LockPolicy)
 	waitSignal(t, w, "confirmation")
 

@@ -128,7 +128,7 @@ func (f *fairLock) left(ctx context.Context, a *lockAttempt, until time.Time) (b
 				// Client closed since, whose hold nobody would renew or release: it goes back.
 				return false, o.giveBack(ctx, 1)
 			}
-			err := o.took(o.sent, a.lease, 0)
+			err := o.took(a.out.sent, a.lease, 0)
 			return err == nil, err
 		}, nil)
 }
@@ -147,13 +147,13 @@ func (c *Client) newToken() string { return strconv.FormatUint(c.waits.Add(1)+1,
 func (o *owner) takeGrant(lease time.Duration, attempt *acquireOut) (ok bool, err error, taken bool) {
 	_ = o.lock(context.Background())
 	defer o.unlock()
-	requests := attempt.requests
+	requests, sent := attempt.requests, attempt.sent
 	ttl := o.c.leaseOr(lease)
 	// With WithSyncReplicas, only the owner's own script can have its hold confirmed; once
 	// the Client is closed, the wait's leave gives the grant back.
-	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || o.c.closing() || time.Until(o.sent.Add(ttl)) < ttl/2 {
+	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || o.c.closing() || time.Until(sent.Add(ttl)) < ttl/2 {
 		return false, nil, false
 	}
-	err = o.took(o.sent, lease, 0)
+	err = o.took(sent, lease, 0)
 	return err == nil, err, true
 }

@@ -131,6 +131,11 @@ func (c *Client) returnLocked(o *owner, put func(*owner)) bool {
 // unknown for good, which it logs.
 func (c *Client) settleLater(o *owner, done func(*owner)) {
 	_ = o.lock(context.Background()) // no call uses o; a Shutdown's release may, for a moment
+	if o.unsettled == nil { // settled meanwhile
+		o.unlock()
+		done(o)
+		return
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), o.unsettled.sent.Add(unlockLatch-settleMargin))
 	defer cancel()
 	if c.isClosed() {

@@ -242,6 +242,15 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	switch {
 	case o == &l.o:
+		if !ok && o.tryLock() {
+			// A hold it was not given (taken too late), queued to be given back, goes now,
+			// not at the handle's next call, which may be long in coming.
+			unsettled := o.unsettled != nil
+			o.unlock()
+			if unsettled {
+				go o.c.settleLater(o, func(*owner) {})
+			}
+		}
 	case ok:
 		l.held.push(o, o.lease.Load())
 	default:

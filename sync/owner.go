@@ -62,11 +62,9 @@ type owner struct {
 	unsettled *request // a numbered request whose outcome is unknown, repeated before the next
 	unsure    bool     // an acquire's outcome is unknown: Redis may count a hold the owner does not
 
-	// requests counts the owner's requests; sent is when the latest acquire that got a reply
-	// was sent. A lock granted to the owner was granted after that acquire, so its lease is
-	// timed from sent — if no request came since (see takeGrant).
+	// requests counts the owner's requests: a lock granted to the owner after an attempt is
+	// the owner's only if no request came since (see takeGrant).
 	requests uint64
-	sent     time.Time
 	count    int           // holds as last known
 	leaseD   time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
 	run      int           // consecutive local hand-offs that led to the current hold
@@ -388,9 +386,10 @@ const (
 
 // acquireOut is what an acquire script's reply says besides taken or not.
 type acquireOut struct {
-	requests uint64 // the owner's request count at the attempt (see takeGrant)
-	listen   bool   // a plain lock's Client is the listener (see lib.lua's listen)
-	token    int64  // a fenced lock's token, of the hold taken
+	requests uint64    // the owner's request count at the attempt (see takeGrant)
+	sent     time.Time // when the attempt was sent, if it got a reply
+	listen   bool      // a plain lock's Client is the listener (see lib.lua's listen)
+	token    int64     // a fenced lock's token, of the hold taken
 }
 
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
@@ -439,7 +438,9 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, r script, hold
 		}
 		return 0, false, o.wrap(err)
 	}
-	o.sent = sent
+	if out != nil {
+		out.sent = sent
+	}
 	// A reply: whatever an earlier acquire did, this one adopted or saw gone. (A first run of
 	// a hand-off to this owner reaching Redis even later can still hand it over; the owner
 	// adopts that at its next re-check, or it lapses with its lease.)

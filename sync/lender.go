@@ -131,7 +131,7 @@ func (c *Client) returnLocked(o *owner, put func(*owner)) bool {
 // unknown for good, which it logs.
 func (c *Client) settleLater(o *owner, done func(*owner)) {
 	_ = o.lock(context.Background()) // no call uses o; a Shutdown's release may, for a moment
-	if o.unsettled == nil { // settled meanwhile
+	if o.unsettled == nil {          // settled meanwhile
 		o.unlock()
 		done(o)
 		return

@@ -130,8 +130,10 @@ func (c *Client) returnLocked(o *owner, put func(*owner)) bool {
 // gives up when the Client closes, and before the mark may expire: the outcome then stays
 // unknown for good, which it logs.
 func (c *Client) settleLater(o *owner, done func(*owner)) {
-	_ = o.lock(context.Background()) // no call uses o; a Shutdown's release may, for a moment
-	if o.unsettled == nil {          // settled meanwhile
+	// No call uses o (a Shutdown's release may, for a moment) — but a Reentrant handle's own
+	// owner, whose call may have settled it meanwhile.
+	_ = o.lock(context.Background())
+	if o.unsettled == nil {
 		o.unlock()
 		done(o)
 		return

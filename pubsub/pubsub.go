@@ -531,7 +531,9 @@ func (m *Mux) clientClosed(err error) bool {
 func (m *Mux) onMessage(msg rueidis.PubSubMessage) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ch := m.channels[msg.Channel]; ch != nil && ch.subscribed {
+	// Also while its SUBSCRIBE is on its way back: the server sends the confirmation first, but
+	// rueidis may hand over a message before the reply that confirms.
+	if ch := m.channels[msg.Channel]; ch != nil {
 		if c := ch.cue; c != nil && msg.Message == c.payload {
 			m.forwardLocked(c.from, ch.name, c.policy)
 			return

@@ -86,8 +86,8 @@ type Client struct {
 
 	heirs heirs // local waiters a release may hand its lock to
 
-	lockOwners  lender[*owner]     // idle owners of lock handles (see lender)
-	holders     registry[*owner]   // owners holding something (see Shutdown)
+	lockOwners  lender[*holder]    // idle owners of lock handles (see lender)
+	holders     registry[*holder]  // owners holding something (see Shutdown)
 	permitsHeld registry[*Permits] // PermitSemaphore acquisitions not yet released
 	shut        chan struct{}      // closed when Shutdown or Close begins: no more acquisitions
 	shutOnce    gosync.Once

@@ -61,13 +61,13 @@ func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 type fairLock struct{ channel, queue, timeouts, leases string }
 
 // keys are the fair lock's keys, then more.
-func (f *fairLock) keys(o *owner, more ...string) []string {
+func (f *fairLock) keys(o *holder, more ...string) []string {
 	return append([]string{o.name, f.queue, f.timeouts, f.leases}, more...)
 }
 
 // wakeCh is the waiter's own channel: a release may grant it the lock (the token of its
 // latest attempt) rather than tell it to attempt (0).
-func (f *fairLock) wakeCh(o *owner) string { return f.channel + ":" + o.id }
+func (f *fairLock) wakeCh(o *holder) string { return f.channel + ":" + o.id }
 
 // prepare: a fair lock's waiters never join (Redis keeps the order), and a grant for an
 // earlier attempt is stale: the lock it gave may have lapsed, and gone to another, since.
@@ -83,7 +83,7 @@ func (f *fairLock) prepare(a *lockAttempt, w *wait) {
 
 // request takes the lock, or takes or keeps the waiter's place in the queue, with a token
 // of its own: the message with which a release grants this attempt the lock.
-func (f *fairLock) request(o *owner, leaseMs string, a *lockAttempt) (script, int) {
+func (f *fairLock) request(o *holder, leaseMs string, a *lockAttempt) (script, int) {
 	token := "0"
 	if a != nil {
 		a.token = o.c.newToken()
@@ -93,18 +93,18 @@ func (f *fairLock) request(o *owner, leaseMs string, a *lockAttempt) (script, in
 }
 
 // replied tells a waiter to attempt again within a third of its place's wait time.
-func (f *fairLock) replied(o *owner, _ *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error) {
+func (f *fairLock) replied(o *holder, _ *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error) {
 	return o.c.keepAlive(ttl), ok, err
 }
 
-func (f *fairLock) release(o *owner, holds int, latch, n string) script {
+func (f *fairLock) release(o *holder, holds int, latch, n string) script {
 	return script{lua.FairRelease, f.keys(o, f.channel, latch),
 		[]string{strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs()}}
 }
 
-func (f *fairLock) unlock(ctx context.Context, o *owner) error { return releaseOne(ctx, o, f) }
+func (f *fairLock) unlock(ctx context.Context, o *holder) error { return releaseOne(ctx, o, f) }
 
-func (f *fairLock) forceRelease(o *owner) script {
+func (f *fairLock) forceRelease(o *holder) script {
 	return script{lua.FairForceRelease, f.keys(o, f.channel), []string{o.c.publishCmd, nowMs()}}
 }
 
@@ -144,7 +144,7 @@ func (c *Client) newToken() string { return strconv.FormatUint(c.waits.Add(1)+1,
 // from that attempt. Otherwise — or if the lease, so timed, has less than half left — it
 // reports the grant not taken, and the waiter attempts, which adopts and renews whatever
 // hold of its owner's is there.
-func (o *owner) takeGrant(lease time.Duration, attempt *acquireOut) (ok bool, err error, taken bool) {
+func (o *holder) takeGrant(lease time.Duration, attempt *acquireOut) (ok bool, err error, taken bool) {
 	_ = o.lock(context.Background())
 	defer o.unlock()
 	requests, sent := attempt.requests, attempt.sent

@@ -46,16 +46,16 @@ type fencedLock struct {
 
 func (f *fencedLock) prepare(*lockAttempt, *wait) {}
 
-func (f *fencedLock) request(o *owner, leaseMs string, a *lockAttempt) (script, int) {
+func (f *fencedLock) request(o *holder, leaseMs string, a *lockAttempt) (script, int) {
 	return f.requestAs(o, leaseMs, a, f.token)
 }
 
-func (f *fencedLock) unlock(ctx context.Context, o *owner) error { return releaseOne(ctx, o, f) }
+func (f *fencedLock) unlock(ctx context.Context, o *holder) error { return releaseOne(ctx, o, f) }
 
 // LockToken takes the lock as Lock does and returns the hold's token: higher than that of
 // every earlier acquisition of the lock, by any handle.
 func (l *FencedLock) LockToken(ctx context.Context, opts ...LockOption) (int64, error) {
-	cfg, err := configure(ctx, &l.o, opts, LockOption.applyLock)
+	cfg, err := configure(ctx, &l.o.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return 0, err
 	}
@@ -69,7 +69,7 @@ func (l *FencedLock) LockToken(ctx context.Context, opts ...LockOption) (int64, 
 // TryLockToken takes the lock as TryLock does and returns the hold's token, and whether it
 // took the lock (0, false when it did not).
 func (l *FencedLock) TryLockToken(ctx context.Context, opts ...TryLockOption) (int64, bool, error) {
-	cfg, err := configure(ctx, &l.o, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &l.o.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return 0, false, err
 	}

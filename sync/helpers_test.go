@@ -156,7 +156,7 @@ func (r *renewals) idle() bool {
 }
 
 // wakeCh is the channel the waits of l's owner o listen on.
-func (l *exclusive) wakeCh(o *owner) string { return l.v.wakeCh(o) }
+func (l *exclusive) wakeCh(o *holder) string { return l.v.wakeCh(o) }
 
 // plain is l's plain-lock variant (a Lock's, or a FencedLock's).
 func (l *exclusive) plain() *plainLock {

@@ -58,10 +58,10 @@ func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 // waiting follow the handle's variant.
 type exclusive struct {
 	// o names the handle and checks its calls; made Reentrant, it is the handle's one owner.
-	o         owner
+	o         holder
 	reentrant bool
-	key       string        // the Client's idle owners of this handle's kind and name (see lender)
-	held      holds[*owner] // a mutex handle's holds
+	key       string         // the Client's idle owners of this handle's kind and name (see lender)
+	held      holds[*holder] // a mutex handle's holds
 	v         variant
 }
 
@@ -70,29 +70,29 @@ type exclusive struct {
 // fencedLock, each in its type's file.
 type variant interface {
 	// wakeCh is the channel o's waits listen on.
-	wakeCh(o *owner) string
+	wakeCh(o *holder) string
 	// prepare readies the wait w of the waiting acquisition a (how a release may hand or
 	// grant it the lock, whether it may join).
 	prepare(a *lockAttempt, w *wait)
 	// request is o's acquire request, for the waiting acquisition a (nil: a single attempt),
 	// and the index of its argument of the holds o knows it has (see owner.attempt).
-	request(o *owner, leaseMs string, a *lockAttempt) (script, int)
+	request(o *holder, leaseMs string, a *lockAttempt) (script, int)
 	// replied is what the wait of a (nil: a single attempt) makes of an attempt's outcome.
-	replied(o *owner, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error)
+	replied(o *holder, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error)
 	// left withdraws a's claim after its wait ended without the lock, awaited until until at
 	// most, and reports whether a release gave a the lock meanwhile, which it then holds.
 	left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error)
 	// release is o's numbered release of one of holds it has in Redis, for the latch and
 	// request number given (see owner.releaser).
-	release(o *owner, holds int, latch, n string) script
+	release(o *holder, holds int, latch, n string) script
 	// unlock releases one hold of o's (see Lock.Unlock).
-	unlock(ctx context.Context, o *owner) error
+	unlock(ctx context.Context, o *holder) error
 	// forceRelease deletes the lock whoever holds it, and wakes a waiter.
-	forceRelease(o *owner) script
+	forceRelease(o *holder) script
 }
 
 // releaseOne releases one hold of o's with v's release.
-func releaseOne(ctx context.Context, o *owner, v variant) error {
+func releaseOne(ctx context.Context, o *holder, v variant) error {
 	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return v.release(o, o.count, latch, n), nil })
 }
 
@@ -108,13 +108,13 @@ func (l *exclusive) init(c *Client, name, what string, v variant, opts []HandleO
 }
 
 // releaser makes o's numbered release of a hold it does not count (see owner.releaser).
-func (l *exclusive) releaser(o *owner) func(holds int, latch, n string) script {
+func (l *exclusive) releaser(o *holder) func(holds int, latch, n string) script {
 	return func(holds int, latch, n string) script { return l.v.release(o, holds, latch, n) }
 }
 
 // borrow returns the owner an acquisition takes the lock as: a Reentrant handle's own, or
 // else an idle owner of the Client's for the name (see lender).
-func (l *exclusive) borrow() *owner {
+func (l *exclusive) borrow() *holder {
 	if l.reentrant {
 		return &l.o
 	}
@@ -122,7 +122,7 @@ func (l *exclusive) borrow() *owner {
 	if o, ok := c.lockOwners.take(l.key); ok {
 		return o
 	}
-	o := &owner{}
+	o := &holder{}
 	o.init(c, l.o.name, l.o.what, c.lockKind)
 	o.releaser = l.releaser(o)
 	return o
@@ -130,17 +130,17 @@ func (l *exclusive) borrow() *owner {
 
 // returnOwner returns a borrowed owner to the Client's idle owners if it holds nothing, and
 // reports whether it does (a Reentrant handle's own owner stays with it).
-func (l *exclusive) returnOwner(o *owner) bool {
+func (l *exclusive) returnOwner(o *holder) bool {
 	if o == &l.o {
 		return o.count == 0
 	}
 	c := l.o.c
-	return c.returnOwner(o, func(o *owner) { c.lockOwners.put(l.key, o) })
+	return c.returnOwner(o, func(o *holder) { c.lockOwners.put(l.key, o) })
 }
 
 // current is the owner and lease of the hold the next Unlock ends: a Reentrant handle's own
 // owner (its lease nil before its first hold), or nil when a mutex handle holds nothing.
-func (l *exclusive) current() (*owner, *watchdog.Lease) {
+func (l *exclusive) current() (*holder, *watchdog.Lease) {
 	if l.reentrant {
 		return &l.o, l.o.lease.Load()
 	}
@@ -156,7 +156,7 @@ func (l *exclusive) Name() string { return l.o.name }
 
 // overlapped is the error of a release of h: err, or, for a hold another hold of the handle
 // overlapped, ErrLockLost — one of them was lost, and the handle cannot tell whose.
-func overlapped[T comparable](err error, h hold[T], o *owner) error {
+func overlapped[T comparable](err error, h hold[T], o *holder) error {
 	if err != nil || !h.overlapped {
 		return err
 	}
@@ -184,7 +184,7 @@ func (l *exclusive) Owner() string {
 // lapses with its lease, or its owner's next acquire adopts it — or for an earlier release of
 // a Reentrant handle's, repeated first, in which case nothing was acquired.
 func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
-	cfg, err := configure(ctx, &l.o, opts, LockOption.applyLock)
+	cfg, err := configure(ctx, &l.o.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
 // With WaitTime it waits up to that long; a busy lock is (false, nil), not an error. When ctx
 // ends before the wait time, TryLock returns ctx.Err(). Errors are as for Lock.
 func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	cfg, err := configure(ctx, &l.o, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &l.o.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return false, err
 	}
@@ -248,7 +248,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 			unsettled := o.unsettled != nil
 			o.unlock()
 			if unsettled {
-				go o.c.settleLater(o, func(*owner) {})
+				go o.c.settleLater(&o.owner, func() {})
 			}
 		}
 	case ok:
@@ -297,7 +297,7 @@ func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duratio
 // hand-off queue.
 type lockAttempt struct {
 	l       *exclusive
-	o       *owner
+	o       *holder
 	lease   time.Duration
 	leaseMs string
 	token   string // a fair lock's: the message with which a release grants its latest attempt the lock
@@ -314,7 +314,7 @@ func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
 }
 
 // attempt makes one attempt as o, for the waiting acquisition a (nil: a single attempt).
-func (l *exclusive) attempt(ctx context.Context, o *owner, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
+func (l *exclusive) attempt(ctx context.Context, o *holder, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
 	r, holds := l.v.request(o, leaseMs, a)
 	ttl, ok, err := o.attempt(ctx, lease, r, holds, out)
 	return l.v.replied(o, a, ttl, ok, err)

@@ -40,17 +40,15 @@ const (
 	settleMargin = 30 * time.Second
 )
 
-// owner is one owner ID on one object: the identity its holds are kept under in Redis.
+// owner is one owner ID on one object: the identity its requests are numbered under (the
+// unlock latch), and the one retry loop's settling of a request of unknown outcome. A
+// semaphore's or latch's calls each take one (pool); a lock's holds are a holder's.
 type owner struct {
 	c    *Client
 	name string // the object's name, its Redis key
 	what string // the primitive, as errors name it: "lock", "semaphore"...
 	id   string // "<client UUID>:<n>"
-	kind *watchdog.Kind
-	err  error // a bad name, reported by every call
-	// releaser makes the primitive's numbered release of one hold when Redis counts holds of
-	// the owner's: how a hold too few replicas confirmed (WithSyncReplicas) is given back.
-	releaser func(holds int, latch, n string) script
+	err  error  // a bad name, reported by every call
 
 	// op serialises the owner's requests, so that its idea of its holds changes in the order
 	// Redis applied them even when goroutines share the owner. A channel, so that waiting
@@ -60,20 +58,34 @@ type owner struct {
 	latch     string   // the unlock latch key, made at the first numbered request
 	reqs      uint64   // numbered requests made
 	unsettled *request // a numbered request whose outcome is unknown, repeated before the next
-	unsure    bool     // an acquire's outcome is unknown: Redis may count a hold the owner does not
-
 	// requests counts the owner's requests: a lock granted to the owner after an attempt is
 	// the owner's only if no request came since (see takeGrant).
 	requests uint64
+}
+
+// holder is an owner that holds a lock: how many holds, their lease, and whether it is lost.
+type holder struct {
+	owner
+	kind *watchdog.Kind
+	// releaser makes the primitive's numbered release of one hold when Redis counts holds of
+	// the owner's: how a hold too few replicas confirmed (WithSyncReplicas) is given back.
+	releaser func(holds int, latch, n string) script
+	unsure   bool          // an acquire's outcome is unknown: Redis may count a hold the owner does not
 	count    int           // holds as last known
 	leaseD   time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
 	run      int           // consecutive local hand-offs that led to the current hold
 	lease    atomic.Pointer[watchdog.Lease]
 }
 
-// init makes o a fresh owner of c on the what called name, its holds leased as kind.
-func (o *owner) init(c *Client, name, what string, kind *watchdog.Kind) {
-	o.c, o.name, o.what, o.kind, o.op = c, name, what, kind, make(chan struct{}, 1)
+// init makes h a fresh holder of c on the what called name, its holds leased as kind.
+func (h *holder) init(c *Client, name, what string, kind *watchdog.Kind) {
+	h.owner.init(c, name, what)
+	h.kind = kind
+}
+
+// init makes o a fresh owner of c on the what called name.
+func (o *owner) init(c *Client, name, what string) {
+	o.c, o.name, o.what, o.op = c, name, what, make(chan struct{}, 1)
 	o.id = c.id + ":" + strconv.FormatInt(c.owners.Add(1), 10)
 	switch {
 	case name == "":
@@ -100,7 +112,7 @@ func hasHashTag(name string) bool {
 // doubtful reports whether Redis may count a hold of the owner's that the owner does not know
 // of: an acquire's outcome is unknown, or a request's is (a release not yet run drops a hold
 // later). Such an owner attempts before it waits, which adopts or settles it. Caller holds op.
-func (o *owner) doubtful() bool { return o.unsure || o.unsettled != nil }
+func (o *holder) doubtful() bool { return o.unsure || o.unsettled != nil }
 
 // lock takes the owner's op within ctx; unlock gives it back.
 func (o *owner) lock(ctx context.Context) error {
@@ -124,7 +136,7 @@ func (o *owner) tryLock() bool {
 }
 
 // holds returns how many holds the owner knows it has.
-func (o *owner) holds(ctx context.Context) (int, error) {
+func (o *holder) holds(ctx context.Context) (int, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, err
 	}
@@ -134,7 +146,7 @@ func (o *owner) holds(ctx context.Context) (int, error) {
 
 // exists reports whether the object's key, a lock's hash, exists: whether anyone holds the
 // lock. A key of another type is ErrWrongType. (TYPE costs what EXISTS does.)
-func (o *owner) exists(ctx context.Context) (bool, error) {
+func (o *holder) exists(ctx context.Context) (bool, error) {
 	if err := o.check(ctx); err != nil {
 		return false, err
 	}
@@ -241,7 +253,7 @@ func (o *owner) request(ctx context.Context, req func(latch, n string) script, c
 		// Too few replicas confirmed it: withdrawn at once, as a request of unknown outcome
 		// is (what it took, if anything, is given back), whatever ctx says.
 		o.unsettled = &request{script: r.s, keys: r.keys, args: cancel(slices.Clone(r.args)), sent: sent}
-		if serr := o.settle(context.WithoutCancel(ctx)); serr != nil {
+		if _, serr := o.settle(context.WithoutCancel(ctx)); serr != nil {
 			err = o.wrap(errors.Join(err, fmt.Errorf("giving it back: %w", serr)))
 		}
 	}
@@ -259,7 +271,7 @@ type pool struct {
 }
 
 func (p *pool) init(c *Client, name, what string) {
-	p.owner.init(c, name, what, nil)
+	p.owner.init(c, name, what)
 	p.idle = []*owner{&p.owner}
 }
 
@@ -275,7 +287,11 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 	}
 	p.mu.Unlock()
 	msg, err := o.request(ctx, req, cancel)
-	p.c.returnOwner(o, p.put)
+	if o.unsettled != nil {
+		go p.c.settleLater(o, func() { p.put(o) })
+	} else {
+		p.put(o)
+	}
 	return msg, err
 }
 
@@ -302,24 +318,31 @@ func (p *pool) put(o *owner) {
 // settle repeats a request whose outcome is unknown (retried within the budget and ctx). Until
 // a repeat gets a reply — not a refusal: a refused repeat did not run, and the first run may
 // still — the owner makes no other request, so a late run of it can never act on a hold
-// taken since, and the owner counts the holds it counted when the request was made. A reply
-// of nil says the owner held nothing (every release script's "not held"): holds it still
-// counts — besides one an inner release dropped, or a give-back gave — are lost. (The next
-// request would find that out too, but it may get no reply.) Caller holds op.
-func (o *owner) settle(ctx context.Context) error {
+// taken since, and the owner counts the holds it counted when the request was made. It
+// reports whether the repeat's reply was nil. Caller holds op.
+func (o *owner) settle(ctx context.Context) (nothing bool, err error) {
 	r := o.unsettled
 	if r == nil {
-		return nil
+		return false, nil
 	}
 	msg, err := o.exec(ctx, r.script, r.keys, r.args)
 	if err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
-		return fmt.Errorf("%w (a request of the handle whose outcome is unknown is still unsettled)", o.wrap(err))
+		return false, fmt.Errorf("%w (a request of the handle whose outcome is unknown is still unsettled)", o.wrap(err))
 	}
 	o.unsettled = nil
-	if msg.IsNil() && o.count > 0 {
+	return msg.IsNil(), nil
+}
+
+// settle is owner.settle for a holder. A reply of nil says the owner held nothing (every
+// release script's "not held"): holds it still counts — besides one an inner release
+// dropped, or a give-back gave — are lost. (The next request would find that out too, but
+// it may get no reply.) Caller holds op.
+func (o *holder) settle(ctx context.Context) error {
+	nothing, err := o.owner.settle(ctx)
+	if err == nil && nothing && o.count > 0 {
 		return o.lost("a release of the handle's, repeated, found the lock gone")
 	}
-	return nil
+	return err
 }
 
 // disown gives back a hold the owner must not keep — too few replicas confirmed it, or the
@@ -329,7 +352,7 @@ func (o *owner) settle(ctx context.Context) error {
 // The release is numbered: should its outcome stay unknown, the owner repeats it before its
 // next request; should Redis refuse it, the hold lapses with its lease (not renewed), or the
 // owner's next acquire adopts it. Caller holds op.
-func (o *owner) disown(ctx context.Context, err error, holds int) error {
+func (o *holder) disown(ctx context.Context, err error, holds int) error {
 	if gerr := o.giveBack(ctx, holds); gerr != nil {
 		return o.wrap(errors.Join(err, fmt.Errorf("giving it back: %w", gerr)))
 	}
@@ -338,7 +361,7 @@ func (o *owner) disown(ctx context.Context, err error, holds int) error {
 
 // giveBack releases, numbered, the holds-th hold Redis counts of the owner's, which the owner
 // does not count (see disown). Caller holds op.
-func (o *owner) giveBack(ctx context.Context, holds int) error {
+func (o *holder) giveBack(ctx context.Context, holds int) error {
 	latch, n := o.nextRequest()
 	r := o.releaser(holds, latch, n)
 	_, err := o.numbered(context.WithoutCancel(ctx), r.s, r.keys, r.args)
@@ -404,7 +427,7 @@ type acquireOut struct {
 // A hold taken that too few replicas confirmed (WithSyncReplicas), or once the Client was
 // closed, is given back at once (see giveBack) and the attempt fails with an error wrapping
 // ErrNotReplicated or ErrClosed.
-func (o *owner) attempt(ctx context.Context, lease time.Duration, r script, holdsArg int, out *acquireOut) (int64, bool, error) {
+func (o *holder) attempt(ctx context.Context, lease time.Duration, r script, holdsArg int, out *acquireOut) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
@@ -496,7 +519,7 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, r script, hold
 // request: its next call waits for op, and so finds Redis as its caller was told. With no
 // reply (the send's end), the acquire's outcome stays unknown (unsure). Caller holds op,
 // which late gives back.
-func (o *owner) late(pending <-chan sent, holds int) {
+func (o *holder) late(pending <-chan sent, holds int) {
 	defer o.unlock()
 	msg, err := (<-pending).res.ToMessage()
 	if err != nil && !rueidis.IsRedisNil(err) {
@@ -518,7 +541,7 @@ func (o *owner) late(pending <-chan sent, holds int) {
 // the latch and request number it is given, and may reserve an heir to hand the lock to
 // (whose two arguments come last); every release script replies nil when the owner held
 // nothing, releasedHanded when it handed the lock to the heir, 0 or 1 otherwise.
-func (o *owner) release(ctx context.Context, req func(last bool, latch, n string) (script, *heir)) error {
+func (o *holder) release(ctx context.Context, req func(last bool, latch, n string) (script, *heir)) error {
 	if err := o.check(ctx); err != nil {
 		return err
 	}
@@ -616,7 +639,7 @@ func (o *owner) exec(ctx context.Context, s *lua.Script, keys, args []string) (r
 // wait ended, the caller takes when it still waits (then's result is withdraw's), and
 // then gives back when it does not (late): a hold the caller is not told of must not be
 // kept. after, if not nil, runs last in the background, whatever came of the withdrawal.
-func (o *owner) withdraw(ctx context.Context, until time.Time, s script,
+func (o *holder) withdraw(ctx context.Context, until time.Time, s script,
 	then func(msg rueidis.RedisMessage, late bool) (bool, error), after func()) (bool, error) {
 	w := &withdrawal{done: make(chan struct{})}
 	held := o.tryLock() // in the caller's order, if op is free
@@ -667,7 +690,7 @@ type withdrawal struct {
 }
 
 // withdrawing is withdraw's background part. Caller holds op.
-func (o *owner) withdrawing(ctx context.Context, s script, then func(rueidis.RedisMessage, bool) (bool, error), w *withdrawal) (bool, error) {
+func (o *holder) withdrawing(ctx context.Context, s script, then func(rueidis.RedisMessage, bool) (bool, error), w *withdrawal) (bool, error) {
 	if o.count > 0 {
 		return false, nil // a re-entry, which never claims
 	}
@@ -722,13 +745,13 @@ func (c *Client) leaveBy(ctx context.Context, err error) time.Time {
 }
 
 // ttl is the lease of the latest hold: the TTL a partial release keeps at least.
-func (o *owner) ttl() time.Duration { return o.c.leaseOr(o.leaseD) }
+func (o *holder) ttl() time.Duration { return o.c.leaseOr(o.leaseD) }
 
 // took records a hold that a script sent at sent granted with lease (0: kept by the
 // watchdog) and registers it with the watchdog before the caller learns of it. A hold whose
 // lease ran out before it could be reported (the process paused) is lost, not reported
 // taken. Caller holds op.
-func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
+func (o *holder) took(sent time.Time, lease time.Duration, run int) error {
 	if o.count == 0 {
 		o.run = run
 	}
@@ -757,7 +780,7 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 
 // tookTooLate reports lost a hold whose lease ran out before its acquisition could return,
 // and, if it was a new hold, gives it back (giveBackLater). Caller holds op.
-func (o *owner) tookTooLate(reason string) error {
+func (o *holder) tookTooLate(reason string) error {
 	first := o.count == 1
 	err := o.lost(reason)
 	if first && o.unsettled == nil {
@@ -772,7 +795,7 @@ func (o *owner) tookTooLate(reason string) error {
 // (an acquire repeated across an outage), and nobody to release it. It goes out before the
 // owner's next request, or in the background for an owner lent to an acquisition (see
 // Client.giveBack). Caller holds op.
-func (o *owner) giveBackLater() {
+func (o *holder) giveBackLater() {
 	latch, n := o.nextRequest()
 	r := o.releaser(1, latch, n)
 	o.unsettled = &request{script: r.s, keys: r.keys, args: r.args, sent: time.Now()}
@@ -780,7 +803,7 @@ func (o *owner) giveBackLater() {
 
 // lost records that the owner's hold is gone from Redis: Lost closes, and the error to
 // return says so. Caller holds op.
-func (o *owner) lost(reason string) error {
+func (o *holder) lost(reason string) error {
 	o.setCount(0)
 	if l := o.lease.Load(); l != nil {
 		l.Lose(reason)
@@ -789,14 +812,14 @@ func (o *owner) lost(reason string) error {
 }
 
 // lostErr is the error of a hold found lost.
-func (o *owner) lostErr(reason string) error {
+func (o *holder) lostErr(reason string) error {
 	return o.wrap(tag(fmt.Sprintf("lease lost (owner %s): %s", o.id, reason), ErrLockLost, ErrNotHeld))
 }
 
 // leaseLost reports whether the current hold's lease was lost: a hold the owner still counts
 // is gone, even if a field of its name is back in Redis (a late acquire) — the gap in
 // between was not covered.
-func (o *owner) leaseLost() bool {
+func (o *holder) leaseLost() bool {
 	l := o.lease.Load()
 	if l == nil || o.count == 0 {
 		return false
@@ -810,7 +833,7 @@ func (o *owner) leaseLost() bool {
 }
 
 // valid reports whether the current hold's lease is ahead, now, by the monotonic clock.
-func (o *owner) valid() bool { return live(o.lease.Load()) }
+func (o *holder) valid() bool { return live(o.lease.Load()) }
 
 // live reports whether lease (nil: none) is ahead, now, by the monotonic clock, as last
 // confirmed by Redis, and no loss of it is known.
@@ -823,7 +846,7 @@ func live(lease *watchdog.Lease) bool {
 }
 
 // lostCh is Lost: the current (or last) hold's Lost channel, nil before the first.
-func (o *owner) lostCh() <-chan struct{} {
+func (o *holder) lostCh() <-chan struct{} {
 	if l := o.lease.Load(); l != nil {
 		return l.Lost()
 	}

@@ -27,7 +27,7 @@ func newPlainLock(c *Client, name string) plainLock {
 		clientCh: clients + ":" + c.lockToken, listener: clients + ":listener"}
 }
 
-func (p *plainLock) wakeCh(*owner) string { return p.clientCh }
+func (p *plainLock) wakeCh(*holder) string { return p.clientCh }
 
 // prepare queues a waiter that may join to be handed the lock by a local release.
 func (p *plainLock) prepare(a *lockAttempt, w *wait) {
@@ -37,7 +37,7 @@ func (p *plainLock) prepare(a *lockAttempt, w *wait) {
 	}
 }
 
-func (p *plainLock) request(o *owner, leaseMs string, a *lockAttempt) (script, int) {
+func (p *plainLock) request(o *holder, leaseMs string, a *lockAttempt) (script, int) {
 	return p.requestAs(o, leaseMs, a, "")
 }
 
@@ -45,7 +45,7 @@ func (p *plainLock) request(o *owner, leaseMs string, a *lockAttempt) (script, i
 // attempt), of a fenced lock if tokenKey is its token counter. A waiting attempt registers
 // the Client, once its channel is subscribed (a wake sent to a Client not yet subscribed
 // would reach nobody).
-func (p *plainLock) requestAs(o *owner, leaseMs string, a *lockAttempt, tokenKey string) (script, int) {
+func (p *plainLock) requestAs(o *holder, leaseMs string, a *lockAttempt, tokenKey string) (script, int) {
 	keys := []string{o.name, p.clients, p.listener, tokenKey} // a fenced lock's token key last
 	if tokenKey == "" {
 		keys = keys[:3]
@@ -65,7 +65,7 @@ func (p *plainLock) requestAs(o *owner, leaseMs string, a *lockAttempt, tokenKey
 
 // replied follows what a waiting attempt's reply says of the Client's listening, and tells
 // the waiter to attempt again within a third of the registration's wait time.
-func (p *plainLock) replied(o *owner, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error) {
+func (p *plainLock) replied(o *holder, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error) {
 	if a == nil {
 		return ttl, ok, err
 	}
@@ -83,7 +83,7 @@ func (p *plainLock) replied(o *owner, a *lockAttempt, ttl int64, ok bool, err er
 	return o.c.keepAlive(ttl), ok, err
 }
 
-func (p *plainLock) release(o *owner, holds int, latch, n string) script {
+func (p *plainLock) release(o *holder, holds int, latch, n string) script {
 	r, _ := p.releaseTo(o, holds, latch, n, nil)
 	return r
 }
@@ -91,7 +91,7 @@ func (p *plainLock) release(o *owner, holds int, latch, n string) script {
 // releaseTo makes o's numbered release of one of holds it has in Redis, handing the lock to
 // h if not nil, and reports whether, at the last hold, it registers the Client again for
 // waiters it has left.
-func (p *plainLock) releaseTo(o *owner, holds int, latch, n string, h *heir) (script, bool) {
+func (p *plainLock) releaseTo(o *holder, holds int, latch, n string, h *heir) (script, bool) {
 	heirs := 0 // whether the Client has waiters left: besides the heir, if it hands the lock on
 	if h != nil {
 		heirs = 1
@@ -113,7 +113,7 @@ func (p *plainLock) releaseTo(o *owner, holds int, latch, n string, h *heir) (sc
 
 // unlock releases one hold of o's, handing a last one to the Client's longest-waiting waiter,
 // if any, unless WithLocalHandoff's run is over.
-func (p *plainLock) unlock(ctx context.Context, o *owner) error {
+func (p *plainLock) unlock(ctx context.Context, o *holder) error {
 	registered := false // the release registers the Client again, for its waiters left
 	err := o.release(ctx, func(last bool, latch, n string) (script, *heir) {
 		var h *heir
@@ -132,7 +132,7 @@ func (p *plainLock) unlock(ctx context.Context, o *owner) error {
 	return err
 }
 
-func (p *plainLock) forceRelease(o *owner) script {
+func (p *plainLock) forceRelease(o *holder) script {
 	return script{lua.LockForceRelease, []string{o.name, p.channel, p.clients}, []string{o.c.publishCmd}}
 }
 
@@ -151,7 +151,7 @@ func (p *plainLock) left(ctx context.Context, a *lockAttempt, until time.Time) (
 // one waiter still there attempts again: one that came meanwhile may have registered just
 // before the leave dropped it, and one that queued behind this wait never attempted. The
 // leave runs in the background, as o, awaited until until at most (see owner.withdraw).
-func (p *plainLock) waitLeft(ctx context.Context, o *owner, until time.Time) {
+func (p *plainLock) waitLeft(ctx context.Context, o *holder, until time.Time) {
 	wake := func() { o.c.mux.Wake(p.clientCh) }
 	if o.c.mux.Waiters(p.clientCh) != 0 {
 		wake()

@@ -54,7 +54,7 @@ type RWLock struct {
 // An rwPair is one owner of a read-write lock: its reader (field <owner>) and its writer
 // (<owner>:write).
 type rwPair struct {
-	r, w     owner
+	r, w     holder
 	timeouts string // the reader's timeout key prefix
 }
 
@@ -103,12 +103,12 @@ func (l *RWLock) borrow() *rwPair {
 
 // returnPair returns a borrowed pair to the Client's idle pairs if its side o holds nothing
 // (the other side never held), and reports whether it does.
-func (l *RWLock) returnPair(p *rwPair, o *owner) bool {
+func (l *RWLock) returnPair(p *rwPair, o *holder) bool {
 	if p == &l.rwPair {
 		return o.count == 0
 	}
 	c := l.r.c
-	return c.returnOwner(o, func(*owner) { c.rwOwners.put(l.r.name, p) })
+	return c.returnOwner(o, func(*holder) { c.rwOwners.put(l.r.name, p) })
 }
 
 // Name returns the lock's name, which is its Redis key.
@@ -133,7 +133,7 @@ func (l *RWLock) Owner() string {
 // RLock takes a read lock, waiting as long as ctx allows while a writer holds the lock or
 // waits for it. Errors are as for Lock.Lock.
 func (l *RWLock) RLock(ctx context.Context, opts ...LockOption) error {
-	cfg, err := configure(ctx, &l.r, opts, LockOption.applyLock)
+	cfg, err := configure(ctx, &l.r.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (l *RWLock) RLock(ctx context.Context, opts ...LockOption) error {
 // this Reentrant handle), and reports whether it did; with WaitTime it waits up to that long. Errors
 // are as for Lock.TryLock.
 func (l *RWLock) TryRLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	cfg, err := configure(ctx, &l.r, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &l.r.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return false, err
 	}
@@ -157,7 +157,7 @@ func (l *RWLock) TryRLock(ctx context.Context, opts ...TryLockOption) (bool, err
 // not the write lock (a mutex handle's Lock waits for its readers, as sync.RWMutex's does).
 // Other errors are as for Lock.Lock.
 func (l *RWLock) Lock(ctx context.Context, opts ...LockOption) error {
-	cfg, err := configure(ctx, &l.w, opts, LockOption.applyLock)
+	cfg, err := configure(ctx, &l.w.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (l *RWLock) Lock(ctx context.Context, opts ...LockOption) error {
 // with WaitTime it waits up to that long. It returns ErrWouldDeadlock as Lock does; other
 // errors are as for Lock.TryLock.
 func (l *RWLock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	cfg, err := configure(ctx, &l.w, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &l.w.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return false, err
 	}
@@ -250,7 +250,7 @@ func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.
 
 // leave drops the writer o's claim after a wait that did not end in the lock, and wakes the
 // readers it held back; in the background, awaited until until at most (see owner.withdraw).
-func (l *RWLock) leave(ctx context.Context, o *owner, until time.Time) {
+func (l *RWLock) leave(ctx context.Context, o *holder, until time.Time) {
 	_, _ = o.withdraw(ctx, until, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil, nil)
 }
 
@@ -339,7 +339,7 @@ func (l *RWLock) RLost() <-chan struct{} {
 }
 
 // side is p's writer, or its reader.
-func (p *rwPair) side(write bool) *owner {
+func (p *rwPair) side(write bool) *holder {
 	if write {
 		return &p.w
 	}
@@ -349,7 +349,7 @@ func (p *rwPair) side(write bool) *owner {
 // current is the owner and lease of the write (or read) hold the next Unlock (RUnlock) ends:
 // a Reentrant handle's own (its lease nil before its first hold), or nil when a mutex handle
 // holds none.
-func (l *RWLock) current(write bool) (*owner, *watchdog.Lease) {
+func (l *RWLock) current(write bool) (*holder, *watchdog.Lease) {
 	if l.reentrant {
 		o := l.side(write)
 		return o, o.lease.Load()

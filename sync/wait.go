@@ -265,7 +265,7 @@ type heir struct {
 	// more, a semaphore's: its latest attempt found permits (or may have), too few for it
 	// (see acquirePermits).
 	more    atomic.Bool
-	o       *owner        // a lock's: its owner
+	o       *holder       // a lock's: its owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
 	attempt attempter // the wait's own attempt

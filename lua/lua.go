@@ -10,6 +10,7 @@
 package lua
 
 import (
+	"context"
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
@@ -17,13 +18,14 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// A Script is one of the scripts below. Exec (rueidis's) runs it by SHA, loading it first
-// where Redis lacks it; Cmd builds it as a command, to be pipelined with others (such as a
-// WAIT that must follow it on the same connection).
+// A Script is one of the scripts below. Exec (rueidis's) runs it by SHA, and whole where
+// Redis lacks it (NOSCRIPT); ExecMulti runs it so several times in a pipeline; Cmd builds it
+// as a command, to be pipelined with others (such as a WAIT that must follow it on the same
+// connection).
 type Script struct {
 	*rueidis.Lua
 	file     string // the script's body, in this package
-	src, sha string // sha is "" for a script always sent whole
+	src, sha string
 }
 
 // files are the scripts' bodies and lib.lua, their helpers.
@@ -55,23 +57,45 @@ func newScript(file string) *Script {
 	return s
 }
 
-// newScriptNoSha is the script whose body is file, always sent whole, with the helpers it
-// uses.
-func newScriptNoSha(file string) *Script {
-	src := withHelpers(body(file))
-	s := &Script{Lua: rueidis.NewLuaScriptNoSha(src), file: file, src: src}
-	scripts = append(scripts, s)
-	return s
+// ExecMulti runs the script once for each of multi, pipelined (on a Cluster, one pipeline
+// per node), by SHA, and returns the results in multi's order. The runs a node answers
+// NOSCRIPT (it lacks the script: a restart, a failover, the script's first run there) go
+// again whole, in a second pipeline, which loads it there. It replaces rueidis's
+// Lua.ExecMulti, which first loads the script on every node of the client, whole, at every
+// call: a round trip more per call, and every run failed while any node is unreachable,
+// even one no run goes to.
+func (s *Script) ExecMulti(ctx context.Context, c rueidis.Client, multi ...rueidis.LuaExec) []rueidis.RedisResult {
+	cmds := make(rueidis.Commands, len(multi))
+	for i, m := range multi {
+		cmds[i] = s.Cmd(c.B(), m.Keys, m.Args, false)
+	}
+	res := c.DoMulti(ctx, cmds...)
+	var again []int
+	for i, r := range res {
+		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return res
+	}
+	whole := make(rueidis.Commands, len(again))
+	for j, i := range again {
+		whole[j] = s.Cmd(c.B(), multi[i].Keys, multi[i].Args, true)
+	}
+	for j, r := range c.DoMulti(ctx, whole...) {
+		res[again[j]] = r
+	}
+	return res
 }
 
-// SHA is the SHA1 the script runs by: EVALSHA's argument ("" for a script always sent
-// whole).
+// SHA is the SHA1 the script runs by: EVALSHA's argument.
 func (s *Script) SHA() string { return s.sha }
 
 // Cmd builds the script as EVALSHA — or as EVAL, whole, when whole is set (Redis lacked it:
-// NOSCRIPT) or the script is always sent whole.
+// NOSCRIPT).
 func (s *Script) Cmd(b rueidis.Builder, keys, args []string, whole bool) rueidis.Completed {
-	if whole || s.sha == "" {
+	if whole {
 		return b.Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	}
 	return b.Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
@@ -113,10 +137,8 @@ var (
 
 	// LockRenew sets the TTL of every listed lock its owner still holds to at least the lease:
 	// KEYS [lock1..k], ARGV [leaseMs, owner1..k]. It replies an array of 1 (renewed) and 0
-	// (not held). It is sent as EVAL, never by SHA: renewal rounds go out with ExecMulti,
-	// which for a SHA script first loads it on every node — a round trip per round, and a
-	// failed round whenever any node is unreachable.
-	LockRenew = newScriptNoSha("lock_renew.lua")
+	// (not held). Renewal rounds go out with Script.ExecMulti, by SHA.
+	LockRenew = newScript("lock_renew.lua")
 
 	// FairAcquire takes or re-enters a fair lock, or keeps the caller's place in its queue:
 	// KEYS [lock, queue, deadlines, leases], ARGV [leaseMs, owner, holdsKnown, waitMs, nowMs,
@@ -155,8 +177,8 @@ var (
 	ReadRelease = newScript("rw_read_release.lua")
 
 	// ReadRenew renews read holds: KEYS [lock1, prefix1, ...], ARGV [leaseMs, owner1, ...]; it
-	// replies as LockRenew. Sent as EVAL, as LockRenew is.
-	ReadRenew = newScriptNoSha("rw_read_renew.lua")
+	// replies as LockRenew.
+	ReadRenew = newScript("rw_read_renew.lua")
 
 	// WriteAcquire takes or re-enters a write lock, or claims it as a waiting writer: KEYS
 	// [lock, waiting writers], ARGV [leaseMs, writer field, holdsKnown, nowMs, claimMs, wait
@@ -232,6 +254,6 @@ var (
 
 	// PermitRenew renews acquisitions of permits kept by the watchdog: KEYS [acquired
 	// permits1..k], ARGV [leaseMs, nowMs, ids1..k (each acquisition's hex IDs,
-	// concatenated)]. It replies as LockRenew; sent as EVAL, as LockRenew is.
-	PermitRenew = newScriptNoSha("perm_renew.lua")
+	// concatenated)]. It replies as LockRenew.
+	PermitRenew = newScript("perm_renew.lua")
 )

@@ -145,7 +145,7 @@ func TestScriptsLoad(t *testing.T) {
 			sha, err := c.Do(ctx, c.B().ScriptLoad().Script(s.src).Build()).ToString()
 			if err != nil {
 				t.Errorf("SCRIPT LOAD %s: %v", s.file, err)
-			} else if s.sha != "" && sha != s.sha {
+			} else if sha != s.sha {
 				t.Errorf("%s: SCRIPT LOAD gave SHA %s, the script runs by %s", s.file, sha, s.sha)
 			}
 		}

@@ -7,11 +7,11 @@ import (
 )
 
 // Helpers: lib.lua is a list of top-level declarations, `local function name(...)` through
-// the `end` in column 0 that closes it, or a one-line `local name = value`; a script carries
-// those its body uses, and those they use in turn, in lib.lua's order (a declaration comes
-// before its uses there). The comments above a declaration stay in lib.lua: they document
-// it, Redis has no use for them. Package lua's tests compile every script and fail on any
-// name a script uses that it does not declare.
+// the `end` in column 0 that closes it (or on one line), or a one-line `local name = value`.
+// A script carries those its body uses, and those they use in turn, in lib.lua's order (a
+// declaration comes after the helpers it uses there). The comments above a declaration stay
+// in lib.lua: they document it, and Redis has no use for them. Package lua's tests compile
+// every script and fail on any name a script uses that it does not declare.
 
 // A helper is one declaration of lib.lua.
 type helper struct {
@@ -55,7 +55,9 @@ func parseLib(src string) ([]helper, error) {
 		end := i // the declaration's last line
 		if m := declFunc.FindStringSubmatch(line); m != nil {
 			name = m[1]
-			for end = i + 1; end < len(lines) && strings.TrimRight(lines[end], "\r\n") != "end"; end++ {
+			if !strings.HasSuffix(strings.TrimSpace(line), " end") { // not all on its line
+				for end = i + 1; end < len(lines) && strings.TrimRight(lines[end], "\r\n") != "end"; end++ {
+				}
 			}
 			if end == len(lines) {
 				return nil, fmt.Errorf("line %d: function %s has no `end` in column 0", i+1, name)

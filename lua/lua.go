@@ -1,4 +1,6 @@
-// Package lua holds every Redis script latchkey runs, one embedded .lua file per script.
+// Package lua holds every Redis script latchkey runs, one embedded .lua file per script,
+// whose header is the script's contract: its keys, arguments and reply. Each script carries
+// the helpers of lib.lua it uses (see helpers.go), and runs by SHA.
 //
 // Each script is one atomic state change and follows the effects, replies and pub/sub
 // messages that Redisson's scripts have (see docs/redisson-interop.md), so Go and Java
@@ -101,159 +103,97 @@ func (s *Script) Cmd(b rueidis.Builder, keys, args []string, whole bool) rueidis
 	return b.Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 }
 
+// The scripts. Each one's contract — its keys, arguments and reply, and what it does to
+// them — is the header of its file, named here: the comments below only say what each is
+// for.
 var (
-	// LockAcquire takes or re-enters a reentrant lock: KEYS [lock, (waiting clients,
-	// listener), (token counter)], ARGV [leaseMs, owner, holdsKnown, (token, registrationMs,
-	// othersWaiting (1/0), publishCmd)]; the count becomes holdsKnown+1 and the TTL at least
-	// leaseMs. It replies nil when acquired, -3 when holdsKnown > 0 but the owner's field is
-	// gone (nothing changes), or the holder's PTTL — and then, given a token, registers it as
-	// a waiting client's (a latchkey addition) and replies {PTTL} when that client is the
-	// listener, which hears the lock channel for the others; given one, a take drops that
-	// registration, and the listening of a client with no other waiter.
+	// LockAcquire takes or re-enters a plain or fenced lock, or registers a waiting
+	// attempt's client (lock_acquire.lua).
 	LockAcquire = newScript("lock_acquire.lua")
 
-	// LockRelease drops one hold of a reentrant lock and, when it frees the lock, wakes the
-	// next waiting client: KEYS [lock, channel, owner's latch, waiting clients, listener], ARGV
-	// [leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, token, waitersLeft
-	// (1/0), registrationMs, (heir, heirLeaseMs)]; the count becomes holdsKnown-1 (the TTL
-	// at least leaseMs), and the lock is freed at 0. It replies nil (not held), 0 (still
-	// held), 1 (freed: 0 published on the next registered client's channel,
-	// <clients>:<token>, and 00 on the lock channel) or 2 (handed to the heir, who holds it
-	// once with its lease; no message). A client with no waiter left stops listening. The latch keeps the owner's highest request number:
-	// a repeat of a request replies what the first run did, and an older one arriving late
-	// changes nothing.
+	// LockRelease drops one hold of a plain or fenced lock, and when it frees the lock
+	// wakes the next waiting client, or hands the lock to a local waiter (lock_release.lua).
 	LockRelease = newScript("lock_release.lua")
 
-	// LockForceRelease deletes a lock whoever holds it and wakes the next waiting client as
-	// LockRelease does: KEYS [lock, channel, waiting clients], ARGV [publishCmd]. It replies
-	// 1 if a lock was deleted; a key that is no hash is refused (WRONGTYPE), not deleted.
+	// LockForceRelease deletes a plain or fenced lock whoever holds it, and wakes the next
+	// waiting client (lock_force_release.lua).
 	LockForceRelease = newScript("lock_force_release.lua")
 
 	// LockLeave drops a client's registration as a waiter of a plain lock when its last
-	// waiter gives up, and its listening: KEYS [lock, waiting clients, channel, listener],
-	// ARGV [token, publishCmd, registrationMs]. If the registration was gone already and the lock is free, it
-	// wakes the next client.
+	// waiter gives up (lock_leave.lua).
 	LockLeave = newScript("lock_leave.lua")
 
-	// LockRenew sets the TTL of every listed lock its owner still holds to at least the lease:
-	// KEYS [lock1..k], ARGV [leaseMs, owner1..k]. It replies an array of 1 (renewed) and 0
-	// (not held). Renewal rounds go out with Script.ExecMulti, by SHA.
+	// LockRenew renews batches of exclusive holds, of any lock but a read lock, for the
+	// watchdog (lock_renew.lua).
 	LockRenew = newScript("lock_renew.lua")
 
-	// FairAcquire takes or re-enters a fair lock, or keeps the caller's place in its queue:
-	// KEYS [lock, queue, deadlines, leases], ARGV [leaseMs, owner, holdsKnown, waitMs, nowMs,
-	// queue (1/0), token]. It replies as LockAcquire, except that a waiter gets the ms until the lock
-	// may come to it with no message. A queued waiter's deadline is refreshed by every
-	// attempt, and its lease recorded, so that a release can grant it the lock.
+	// FairAcquire takes or re-enters a fair lock, or keeps the caller's place in its queue
+	// (fair_acquire.lua).
 	FairAcquire = newScript("fair_acquire.lua")
 
-	// FairRelease drops one hold of a fair lock and, when it frees the lock, passes it to the
-	// head waiter: KEYS [lock, queue, deadlines, leases, channel, owner's latch], ARGV
-	// [leaseMs, owner, publishCmd, latchMs, holdsKnown, requestNumber, nowMs]. A latchkey
-	// waiter is granted the lock and told its wait's token on its own channel, a Java waiter
-	// told 0. It
-	// replies nil (not held), 0 (still held) or 1 (freed), numbered as LockRelease.
+	// FairRelease drops one hold of a fair lock, and when it frees the lock passes it to the
+	// head waiter (fair_release.lua).
 	FairRelease = newScript("fair_release.lua")
 
-	// FairForceRelease deletes a fair lock whoever holds it and passes it to the head
-	// waiter: KEYS [lock, queue, deadlines, leases, channel], ARGV [publishCmd, nowMs]. It
-	// replies 1 if a lock was deleted.
+	// FairForceRelease deletes a fair lock whoever holds it, and passes it to the head
+	// waiter (fair_force_release.lua).
 	FairForceRelease = newScript("fair_force_release.lua")
 
-	// FairLeave takes a waiter out of a fair lock's queue: KEYS [lock, queue, deadlines,
-	// leases, channel], ARGV [owner, publishCmd, nowMs]. It replies 1 if the owner holds the
-	// lock (granted as its wait ended).
+	// FairLeave takes a waiter that gives up out of a fair lock's queue (fair_leave.lua).
 	FairLeave = newScript("fair_leave.lua")
 
-	// ReadAcquire takes or re-enters a read lock of a read-write lock: KEYS [lock, owner's
-	// timeout prefix, waiting writers], ARGV [leaseMs, owner, owner's writer field,
-	// holdsKnown, nowMs]. It replies as LockAcquire; a new reader waits while a writer waits.
+	// ReadAcquire takes or re-enters a read lock of a read-write lock (rw_read_acquire.lua).
 	ReadAcquire = newScript("rw_read_acquire.lua")
 
-	// ReadRelease drops one read hold: KEYS [lock, channel, owner's timeout prefix, key
-	// prefix, owner's latch, waiting writers], ARGV [message, owner, publishCmd, latchMs,
-	// holdsKnown, requestNumber, nowMs, leaseMs]. It replies nil (not held), 0 (the lock is
-	// still held) or 1 (freed), numbered as LockRelease.
+	// ReadRelease drops one read hold (rw_read_release.lua).
 	ReadRelease = newScript("rw_read_release.lua")
 
-	// ReadRenew renews read holds: KEYS [lock1, prefix1, ...], ARGV [leaseMs, owner1, ...]; it
-	// replies as LockRenew.
+	// ReadRenew renews batches of read holds for the watchdog (rw_read_renew.lua).
 	ReadRenew = newScript("rw_read_renew.lua")
 
-	// WriteAcquire takes or re-enters a write lock, or claims it as a waiting writer: KEYS
-	// [lock, waiting writers], ARGV [leaseMs, writer field, holdsKnown, nowMs, claimMs, wait
-	// (1/0)]. It replies as LockAcquire.
+	// WriteAcquire takes or re-enters a write lock, or claims it as a waiting writer
+	// (rw_write_acquire.lua).
 	WriteAcquire = newScript("rw_write_acquire.lua")
 
-	// WriteRelease drops one write hold: KEYS [lock, channel, owner's latch, waiting
-	// writers], ARGV [message,
-	// leaseMs, writer field, publishCmd, latchMs, holdsKnown, requestNumber]. It replies nil
-	// (not held), 0 (still held) or 1 (released), numbered as LockRelease.
+	// WriteRelease drops one write hold (rw_write_release.lua).
 	WriteRelease = newScript("rw_write_release.lua")
 
-	// WriteLeave drops a waiting writer's claim and wakes the lock's waiters: KEYS [waiting
-	// writers, channel], ARGV [writer field, publishCmd].
+	// WriteLeave drops the claim of a waiting writer that gives up (rw_write_leave.lua).
 	WriteLeave = newScript("rw_write_leave.lua")
 
-	// SemAcquire takes permits of a semaphore: KEYS [semaphore, handle's latch, channel], ARGV
-	// [permits, requestNumber, latchMs, cancel (1/0), publishCmd]. It replies the permits
-	// left (-1 from a repeat), or nil when too few were available. With cancel it withdraws
-	// the request numbered requestNumber, whose outcome was lost: it gives back what the
-	// request took, if it ran, and a late run of it changes nothing.
+	// SemAcquire takes permits of a semaphore, or withdraws a request whose outcome was lost
+	// (sem_acquire.lua).
 	SemAcquire = newScript("sem_acquire.lua")
 
-	// SemRelease adds permits to a semaphore (negative: takes them away) and publishes the new
-	// total when positive: KEYS [semaphore, handle's latch, channel], ARGV [permits,
-	// requestNumber, latchMs, publishCmd]. It replies 1.
+	// SemRelease adds permits to a semaphore, or takes them away (sem_release.lua).
 	SemRelease = newScript("sem_release.lua")
 
-	// SemSet sets a semaphore's permits ('try': only if it does not exist; 'set') or drains
-	// them ('drain'): KEYS [semaphore, handle's latch, channel], ARGV [mode, permits,
-	// requestNumber, latchMs, publishCmd]. try replies 1 or nil (it existed), set 1, drain
-	// the permits drained (-1 from a repeat).
+	// SemSet sets or drains a semaphore's permits (sem_set.lua).
 	SemSet = newScript("sem_set.lua")
 
-	// LatchSet sets a countdown latch's count if it does not exist and publishes 1: KEYS
-	// [latch, handle's latch], ARGV [count, requestNumber, latchMs, publishCmd, channel]. It
-	// replies 1, or nil when the latch existed. (The channel is no key: Redisson's hashes to
-	// another slot for a name with its own hash tag.)
+	// LatchSet sets a countdown latch's count if it does not exist (latch_set.lua).
 	LatchSet = newScript("latch_set.lua")
 
-	// LatchCountDown counts a countdown latch down by one, deleting it and publishing 0 at
-	// zero: KEYS [latch, handle's latch], ARGV [requestNumber, latchMs, publishCmd, channel].
-	// It replies 1.
+	// LatchCountDown counts a countdown latch down by one (latch_count_down.lua).
 	LatchCountDown = newScript("latch_count_down.lua")
 
-	// LatchDelete deletes a countdown latch and publishes 1: KEYS [latch, handle's latch],
-	// ARGV [requestNumber, latchMs, publishCmd, channel]. It replies 1, or nil when there was
-	// none.
+	// LatchDelete deletes a countdown latch (latch_delete.lua).
 	LatchDelete = newScript("latch_delete.lua")
 
-	// PermitAcquire takes permits of a permit-expirable semaphore under the IDs given: KEYS
-	// [semaphore, acquired permits, handle's latch, channel], ARGV [expiryMs, nowMs,
-	// requestNumber, latchMs, cancel (1/0), publishCmd, id1..n (hex)]. It replies the
-	// permits left (-1 from a repeat), {ms until the nearest expiry} or nil when too few
-	// were available, or {'total', permits in all} when the semaphore has fewer in all than
-	// asked for. With cancel it withdraws the request as SemAcquire does.
+	// PermitAcquire takes permits of a permit-expirable semaphore, or withdraws a request
+	// whose outcome was lost (perm_acquire.lua).
 	PermitAcquire = newScript("perm_acquire.lua")
 
-	// PermitRelease gives back acquired permits: KEYS [semaphore, acquired permits, handle's
-	// latch, channel], ARGV [nowMs, requestNumber, latchMs, publishCmd, id1..n (hex)]. It
-	// replies how many were acquired and unexpired (-1 from a repeat).
+	// PermitRelease gives back acquired permits (perm_release.lua).
 	PermitRelease = newScript("perm_release.lua")
 
-	// PermitSet sets ('try', 'set') or adds ('add') a permit-expirable semaphore's permits:
-	// KEYS [semaphore, acquired permits, handle's latch, channel], ARGV [mode, permits, nowMs,
-	// requestNumber, latchMs, publishCmd]. It replies 1, or nil from try when it existed.
+	// PermitSet sets or adds a permit-expirable semaphore's permits (perm_set.lua).
 	PermitSet = newScript("perm_set.lua")
 
-	// PermitState reads a permit-expirable semaphore, or sets a permit's expiry ('update'),
-	// after reclaiming expired permits: KEYS [semaphore, acquired permits, channel], ARGV
-	// [mode, nowMs, publishCmd, (id, expiryMs)].
+	// PermitState reads a permit-expirable semaphore, or extends a permit's lease
+	// (perm_state.lua).
 	PermitState = newScript("perm_state.lua")
 
-	// PermitRenew renews acquisitions of permits kept by the watchdog: KEYS [acquired
-	// permits1..k], ARGV [leaseMs, nowMs, ids1..k (each acquisition's hex IDs,
-	// concatenated)]. It replies as LockRenew.
+	// PermitRenew renews batches of permit acquisitions for the watchdog (perm_renew.lua).
 	PermitRenew = newScript("perm_renew.lua")
 )

@@ -162,6 +162,7 @@ local function a(x)
     return x .. 'b(' -- b
 end
 local k = '1'
+local function one(z) return z end
 -- b's doc
 local function b(y)
 
@@ -180,7 +181,7 @@ end
 		sort.Strings(uses)
 		got = append(got, h.name+":"+strings.Join(uses, ","))
 	}
-	if want := []string{"a:", "k:", "b:a,k"}; !slices.Equal(got, want) {
+	if want := []string{"a:", "k:", "one:", "b:a,k"}; !slices.Equal(got, want) {
 		t.Errorf("helpers %v, want %v", got, want)
 	}
 	if !strings.HasPrefix(hs[0].text, "local function a(x)\n") || !strings.HasSuffix(hs[0].text, "\nend\n") {
@@ -212,5 +213,24 @@ q()`)
 	sort.Strings(ids)
 	if want := []string{"a", "c", "e", "f", "i", "local", "q", "t", "x"}; !slices.Equal(ids, want) {
 		t.Errorf("names %v, want %v", ids, want)
+	}
+}
+
+// Every script's header, the comment lines it starts with, is its contract: it says what the
+// script takes (KEYS, ARGV) and replies.
+func TestHeadersAreContracts(t *testing.T) {
+	for _, s := range scripts {
+		var header strings.Builder
+		for _, line := range strings.SplitAfter(body(s.file), "\n") {
+			if !strings.HasPrefix(line, "--") {
+				break
+			}
+			header.WriteString(line)
+		}
+		for _, want := range []string{"KEYS", "ARGV", "Reply"} {
+			if !strings.Contains(header.String(), want) {
+				t.Errorf("%s: its header says nothing of %s", s.file, want)
+			}
+		}
 	}
 }

@@ -1,5 +1,8 @@
--- Helpers shared by the lock scripts; lua.go puts this file in front of each script that
--- uses them.
+-- Helpers shared by the scripts. Each script carries the helpers its body uses, and those
+-- they use, in this file's order, without the comments above them (helpers.go): so this file
+-- holds only `local function name(...)` declarations, each closed by an `end` in column 0,
+-- one-line `local name = value` constants, comments and blank lines, and a declaration comes
+-- after every helper it uses. Package lua's tests fail on a script that lacks a helper.
 
 -- wrong_type stops the script with the error latchkey reports as ErrWrongType: key holds a
 -- value the script cannot use. (A string error, not error_reply's table, which miniredis

@@ -4,8 +4,8 @@
 -- registration lasts (ms).
 -- The client's registration goes, and its listening (see resign). If the registration was
 -- gone already — a release may have woken this client as its waiter left, and no other
--- client was told — and the lock is free, the next client is woken instead. Safe to repeat:
--- it never touches the lock.
+-- client was told — and the lock is free, the next client is woken instead. Reply: 0. Safe
+-- to repeat: it never touches the lock.
 local gone = redis.call('zrem', KEYS[2], ARGV[1]) == 0
 resign(KEYS[4], ARGV[1], KEYS[2], ARGV[2], tonumber(ARGV[3]))
 if gone and redis.call('exists', KEYS[1]) == 0 then

@@ -6,7 +6,7 @@
 -- Reply: the permits left after taking ARGV[1] (-1 from a repeat: not known), or, when fewer
 -- were available, {the permits available} (a missing key has none; nothing changes; nil
 -- from a repeat). A cancel gives back what the request took, if it ran and took, and
--- replies as cancel does. Safe to repeat.
+-- replies 1 if so, else 0. Safe to repeat.
 local n, req = tonumber(ARGV[1]), tonumber(ARGV[2])
 if ARGV[4] == '1' then
     return cancel(KEYS[2], ARGV[3], req, function()

@@ -1,14 +1,12 @@
 package sync
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 )
 
@@ -45,17 +43,9 @@ func TestPermitAcquireMostPermits(t *testing.T) {
 	})
 }
 
-// scriptSHA is the SHA1 the lua package's script file name (with lib.lua in front) is sent
-// under: a marker for the fault proxy that matches one script and nothing else.
-func scriptSHA(t *testing.T, file string) string {
-	t.Helper()
-	lib, err := os.ReadFile("../lua/lib.lua")
-	must(t, err)
-	body, err := os.ReadFile("../lua/" + file)
-	must(t, err)
-	sum := sha1.Sum(append(lib, body...))
-	return hex.EncodeToString(sum[:])
-}
+// scriptSHA is the SHA1 script s is sent under: a marker for the fault proxy that matches
+// one script and nothing else.
+func scriptSHA(s *lua.Script) string { return s.SHA() }
 
 // An acquire of unknown outcome is cancelled whatever the handle does next: G1's acquire runs
 // and loses its reply, Redis becomes unreachable, G2's TryAcquire starts meanwhile on a
@@ -73,7 +63,7 @@ func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
 		s := c.Semaphore(name)
 		must(t, s.SetPermits(ctx, 5))
 
-		g1 := lostThenUnreachable(t, proxy, scriptSHA(t, "sem_acquire.lua"), func() error {
+		g1 := lostThenUnreachable(t, proxy, scriptSHA(lua.SemAcquire), func() error {
 			_, err := s.TryAcquire(ctx, 3) // takes 3
 			return err
 		})
@@ -123,7 +113,7 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 			t.Fatalf("TryAcquire: %v, %v", ok, err)
 		}
 
-		rel := lostThenUnreachable(t, proxy, scriptSHA(t, "sem_release.lua"), func() error {
+		rel := lostThenUnreachable(t, proxy, scriptSHA(lua.SemRelease), func() error {
 			return s.Release(ctx, 1) // 5 available again
 		})
 		if err := <-rel; !errors.Is(err, ErrOutcomeUnknown) {

@@ -1,4 +1,4 @@
--- Fair lock acquire (Redisson RFairLock, REDISSON-LAYOUT §3.2–3.4), safe to repeat.
+-- Fair lock acquire (Redisson RFairLock; docs/redisson-interop.md), safe to repeat.
 -- KEYS[1] lock hash, KEYS[2] queue (list of waiting owners), KEYS[3] their deadlines (zset),
 -- KEYS[4] latchkey waiters' leases (hash, see hand_on);
 -- ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] the holds the owner knows it has,

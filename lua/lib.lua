@@ -39,7 +39,7 @@ local function extend(key, ms)
     end
 end
 
--- numbered runs a request numbered req on its owner's unlock latch (REDISSON-LAYOUT §1.6):
+-- numbered runs a request numbered req on its owner's unlock latch (docs/redisson-interop.md):
 -- run acts and returns the reply — nil, or a second value true, when it did not act (a
 -- release of nothing, an acquire that found too few permits); replay is what a repeat of a
 -- request that acted replies.
@@ -158,7 +158,7 @@ local function reenter(key, owner, holds, leaseMs)
     return true
 end
 
--- drop_stale removes the fair lock's head waiters whose deadline has passed (§3.2): queue is
+-- drop_stale removes the fair lock's head waiters whose deadline has passed: queue is
 -- the list of waiting owners, timeouts the zset of their deadlines, leases the hash of
 -- latchkey waiters' leases (see hand_on), now epoch ms. As in Redisson, the deadlines behind
 -- do not move: a Java waiter's is good only for the place it was set for. It returns the
@@ -291,7 +291,7 @@ local function wake_next(clients, channel, publish)
     redis.call(publish, channel, '00')
 end
 
--- Permit-expirable semaphores (REDISSON-LAYOUT §5.2): the key holds the available permits,
+-- Permit-expirable semaphores (docs/redisson-interop.md): the key holds the available permits,
 -- the zset timeouts the acquired ones, each a raw 16-byte ID scored by its expiry (epoch ms,
 -- or no_expiry).
 local no_expiry = '922337203685477'

@@ -1,4 +1,4 @@
--- Reentrant lock acquire (Redisson RLock, REDISSON-LAYOUT §2.2, and RFencedLock, §8), safe to
+-- Reentrant lock acquire (Redisson RLock and RFencedLock; docs/redisson-interop.md), safe to
 -- repeat.
 -- KEYS[1] lock hash; KEYS[2] the zset of waiting clients and KEYS[3] the listener key (for a
 -- waiting acquire, or a fenced lock); KEYS[4] (fenced only) the token counter,

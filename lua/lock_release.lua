@@ -1,4 +1,4 @@
--- Reentrant lock release (Redisson RLock unlock with unlock latch, §2.4 and §1.6), with an
+-- Reentrant lock release (Redisson RLock unlock with unlock latch), with an
 -- optional local hand-off (a latchkey addition that writes only Redisson's layout).
 -- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch key, KEYS[4] the
 -- zset of waiting clients, KEYS[5] the listener key;

@@ -1,4 +1,4 @@
--- Permit-expirable semaphore acquire (Redisson RPermitExpirableSemaphore tryAcquire, §5.2),
+-- Permit-expirable semaphore acquire (Redisson RPermitExpirableSemaphore tryAcquire),
 -- numbered on the handle's latch (a latchkey addition: Redisson's is not safe to repeat).
 -- KEYS[1] semaphore, KEYS[2] acquired permits (zset), KEYS[3] the handle's latch, KEYS[4]
 -- channel;

@@ -1,4 +1,4 @@
--- Read lock acquire (Redisson RReadWriteLock read lock, REDISSON-LAYOUT §4.2), safe to repeat.
+-- Read lock acquire (Redisson RReadWriteLock read lock), safe to repeat.
 -- KEYS[1] lock hash, KEYS[2] the owner's timeout key prefix ({N}:<owner>:rwlock_timeout),
 -- KEYS[3] the zset of waiting writers (a latchkey addition, see below);
 -- ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] its writer field (<owner>:write), whose

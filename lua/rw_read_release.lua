@@ -1,4 +1,4 @@
--- Read lock release (Redisson RReadWriteLock read unlock, §4.3, with the unlock latch).
+-- Read lock release (Redisson RReadWriteLock read unlock, with the unlock latch).
 -- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's timeout key prefix,
 -- KEYS[4] the lock's key prefix ({N}), KEYS[5] the owner's unlock latch, KEYS[6] the zset of
 -- waiting writers; ARGV[1] message (0), ARGV[2] owner id, ARGV[3] publish command,

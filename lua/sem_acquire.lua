@@ -1,4 +1,4 @@
--- Semaphore acquire (Redisson RSemaphore tryAcquire, §5.1), numbered on the handle's latch
+-- Semaphore acquire (Redisson RSemaphore tryAcquire), numbered on the handle's latch
 -- (a latchkey addition: Redisson's is not safe to repeat).
 -- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel;
 -- ARGV[1] permits, ARGV[2] request number, ARGV[3] latch PX ms, ARGV[4] 1 to cancel request

@@ -213,7 +213,7 @@ func TestFairGrantJavaHeadGetsZero(t *testing.T) {
 			t.Fatalf("the latchkey waiter behind made %d attempts, %d before the release", n, before)
 		}
 
-		// The Java waiter attempts and takes the free lock at the head (Redisson §3.2)...
+		// The Java waiter attempts and takes the free lock at the head, as Redisson's acquire does...
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Lpop().Key(fairQueueKey(name)).Build() })
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
 			return b.Zrem().Key(fairTimeoutKey(name)).Member(fairJavaOwner).Build()
@@ -222,7 +222,7 @@ func TestFairGrantJavaHeadGetsZero(t *testing.T) {
 			return b.Hset().Key(name).FieldValue().FieldValue(fairJavaOwner, "1").Build()
 		})
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(30000).Build() })
-		// ...and releases it (§3.6): DEL, "0" on the next head's channel.
+		// ...and releases it: DEL, "0" on the next head's channel.
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(name).Build() })
 		released := time.Now()
 		if n := mustInt(t, admin.Do(ctx, admin.B().Publish().Channel(fairOwnChannel(w)).Message("0").Build())); n != 2 {

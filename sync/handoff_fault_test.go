@@ -21,7 +21,7 @@ func latchKeyFor(name, id string) string { return prefixName(unlockLatchPrefix, 
 
 // The first run of an unlock whose reply was lost may reach Redis after its repeat (a
 // delayed segment of the broken connection, a proxy in between). It must change nothing: the
-// script reads the latch before anything else even on a first run (REDISSON-LAYOUT §1.6).
+// script reads the latch before anything else even on a first run (docs/redisson-interop.md, unlock latch).
 // Skipping that read on first runs made a late first run of a partial release drop the
 // owner's last hold — Redis freed a lock its owner still held once.
 func TestLateFirstRunOfUnlockChangesNothing(t *testing.T) {

@@ -275,7 +275,7 @@ func TestRedissonWireCompatibility(t *testing.T) {
 			t.Fatalf("TryLock over a Redisson holder: %v, %v; want false, nil", ok, err)
 		}
 
-		// Our waiter wakes when the Java side releases as Redisson's unlock script does (§2.4).
+		// Our waiter wakes when the Java side releases as Redisson's unlock script does.
 		got := make(chan error, 1)
 		go func() { got <- mu.Lock(ctx) }()
 		eventually(t, waitFor, "waiter subscribed", func() bool {

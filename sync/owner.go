@@ -91,12 +91,12 @@ func (o *owner) init(c *Client, name, what string) {
 	case name == "":
 		o.err = invalid("name", "must not be empty, got %q", name)
 	case c.cluster && strings.Contains(name, "{") && !hasHashTag(name):
-		// Redisson's rule (REDISSON-LAYOUT §1.2) trusts any '{' to be a tag: the channel and
+		// Redisson's rule (see names.go) trusts any '{' to be a tag: the channel and
 		// latch keys would hash to other slots, and a cluster refuses a script whose keys do.
 		o.err = invalid("name", "%q has a '{' but no hash tag ({tag}, not empty), so its keys cannot share "+
 			"a hash slot, which a Cluster requires: give it a tag, or no '{'", name)
 	case strings.Contains(name, "{") && !hasHashTag(name):
-		// Redisson's rule (REDISSON-LAYOUT §1.2) trusts any '{' to be a tag: the channel and
+		// Redisson's rule (see names.go) trusts any '{' to be a tag: the channel and
 		// latch keys then hash elsewhere, which a cluster rejects as CROSSSLOT.
 		c.log.Warn("name has '{' but no valid hash tag; its derived keys may fall in another slot",
 			zap.String("name", name))

@@ -39,7 +39,7 @@ type attempter interface {
 	attempt(ctx context.Context) (ttl int64, ok bool, err error)
 }
 
-// acquire is how every blocking primitive takes what it waits for (REDISSON-LAYOUT §2.3):
+// acquire is how every blocking primitive takes what it waits for (docs/redisson-interop.md):
 // attempt; on failure register on the channel (before the attempt, if it is subscribed
 // already) and alternate waiting and attempting.
 //

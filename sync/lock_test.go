@@ -794,3 +794,121 @@ func TestLeasesOnlyGrow(t *testing.T) {
 		}
 	})
 }
+
+// A watchdog-kept hold re-entered with a short explicit lease stays kept, as in Redisson: the
+// watchdog renews it before the short TTL runs out, so it neither expires while held nor
+// reports a false loss.
+func TestReentryWithShortLeaseStaysKept(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(3*time.Second)) // renews every 1 s
+		mu := c.Lock("reenter-short", Reentrant())
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := mu.Lock(ctx, Lease(100*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		held := time.Now()
+		for time.Since(held) < 400*time.Millisecond {
+			if !exists(t, rdb, "reenter-short") {
+				t.Fatalf("the lock expired %v after a re-entry with a 100ms lease while held", time.Since(held))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if closed(mu.Lost()) {
+			t.Fatal("Lost closed while the lock was kept")
+		}
+		for i := 0; i < 2; i++ {
+			if err := mu.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// `defer mu.Unlock(reqCtx)` with a request context that has ended still releases the lock.
+func TestUnlockWithEndedContextReleases(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		mu := c.Lock("ended-ctx")
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := mu.Unlock(ended); err != nil {
+			t.Fatalf("Unlock with an ended context: %v", err)
+		}
+		if exists(t, rdb, "ended-ctx") {
+			t.Fatal("lock still held after Unlock")
+		}
+	})
+}
+
+// A final Unlock that fails leaves the lock neither renewed for ever nor held by a handle
+// that thinks otherwise. Its outcome unknown (Redis unreachable through every repeat within
+// the retry budget), the hold counts as given up: Valid is false at once, nothing renews the
+// lock, which expires with its lease, and a later Unlock (which first repeats the unknown
+// one) has nothing to release. Refused (an error reply: nothing ran), the handle still holds
+// the lock, but its lease lapses: not renewed, Lost closes when it runs out, and the lock
+// expires.
+func TestFailedUnlockLapsesLease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
+		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine,
+		// until a failed release stops them.
+		const timeout = 1500 * time.Millisecond
+		ctx := testCtx(t, 60*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		// A short retry budget keeps the test fast: the repeats end while Redis is unreachable.
+		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout), WithRetryBudget(200*time.Millisecond))
+		admin := b.Client(t)
+
+		t.Run("unknown", func(t *testing.T) {
+			mu := c.Lock("unlock-unknown")
+			must(t, mu.Lock(ctx))
+			proxy.Blackhole(true)
+			err := mu.Unlock(ctx)
+			proxy.Blackhole(false)
+			if !errors.Is(err, ErrOutcomeUnknown) {
+				t.Fatalf("Unlock with Redis unreachable: %v, want ErrOutcomeUnknown", err)
+			}
+			if mu.Valid() {
+				t.Fatal("Valid after an Unlock whose outcome is unknown: the hold was given up")
+			}
+			if _, ok := mu.Deadline(); ok {
+				t.Fatal("a deadline after the hold was given up")
+			}
+			eventually(t, timeout+10*time.Second, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-unknown") })
+			if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+				t.Fatalf("Unlock after a failed one: %v, want ErrNotHeld (the hold was given up)", err)
+			}
+		})
+		t.Run("refused", func(t *testing.T) {
+			mu := c.Lock("unlock-refused", Reentrant())
+			must(t, mu.Lock(ctx))
+			must(t, mu.Lock(ctx))
+			must(t, mu.Unlock(ctx)) // makes the handle's latch
+			// The latch turned into a hash: the release's first command fails, nothing runs.
+			must(t, admin.Do(ctx, admin.B().Del().Key(mu.o.latch).Build()).Error())
+			must(t, admin.Do(ctx, admin.B().Hset().Key(mu.o.latch).FieldValue().FieldValue("x", "1").Build()).Error())
+			if err := mu.Unlock(ctx); err == nil || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrNotHeld) {
+				t.Fatalf("Unlock refused by Redis: %v, want its error", err)
+			}
+			if !mu.Valid() {
+				t.Fatal("not Valid after a refused Unlock: the handle still holds the lock")
+			}
+			select {
+			case <-mu.Lost():
+			case <-time.After(timeout + 10*time.Second):
+				t.Fatal("Lost not closed after the refused release, although nothing renews the lock")
+			}
+			eventually(t, timeout+10*time.Second, "the lapsed lock expires", func() bool { return !exists(t, admin, "unlock-refused") })
+		})
+	})
+}

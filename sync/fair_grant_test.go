@@ -1028,10 +1028,10 @@ func TestFairGrantAdoptedBySiblingIsNotTakenAgain(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		gate := newGateProxy(t, b.Addr)
-		wc, _ := newClient(t, gate.addr())
+		wc, _ := newClient(t, gate.addr(), fairSlowRechecks...)
 		wn := fairCountAttempts(wc)
-		hc, _ := newClient(t, b.Addr)
-		xc, _ := newClient(t, b.Addr)
+		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
+		xc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		xn := fairCountAttempts(xc)
 		w, holder, x := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
@@ -1056,7 +1056,7 @@ func TestFairGrantAdoptedBySiblingIsNotTakenAgain(t *testing.T) {
 		if err := w.Unlock(ctx); err != nil { // grants x
 			t.Fatal(err)
 		}
-		if err := fairAwait(t, xDone, 5*time.Second, "x"); err != nil {
+		if err := fairAwait(t, xDone, waitFor, "x"); err != nil {
 			t.Fatal(err)
 		}
 		gate.open()
@@ -1092,7 +1092,7 @@ func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
 		fairAwaitSettled(t, wn)
 		p.arm("PUBLISH", false) // the leave's arguments carry it
 		cancel()
-		if err := fairAwait(t, done, 5*time.Second, "w"); !errors.Is(err, context.Canceled) {
+		if err := fairAwait(t, done, waitFor, "w"); !errors.Is(err, context.Canceled) {
 			t.Fatal(err)
 		}
 		if p.holding() != 1 {
@@ -1117,7 +1117,7 @@ func TestFairLeaveAfterUnsettledReleaseTakesNothing(t *testing.T) {
 		ctx := testCtx(t, 30*time.Second)
 		const name = "fair:leave-unsettled"
 		p := newHoldProxy(t, b.Addr)
-		c, _ := newClient(t, p.addr(), WithRetryBudget(100*time.Millisecond))
+		c, _ := newClient(t, p.addr(), WithRetryBudget(shortBudget))
 		admin := b.Client(t)
 		l := c.FairLock(name, Reentrant())
 		must(t, l.Lock(ctx))

@@ -529,7 +529,7 @@ func TestFailedUnlockOfNothingDoesNotReviveLease(t *testing.T) {
 				ctx := testCtx(t, 10*time.Second)
 				name := "unlock-of-nothing-" + how
 				proxy := redistest.NewProxy(t, b.Addr)
-				c, _ := newClient(t, proxy.Addr(), WithRetryBudget(100*time.Millisecond))
+				c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
 				other, _ := newClient(t, b.Addr)
 				admin := b.Client(t)
 				h := c.Lock(name, Reentrant())
@@ -580,11 +580,13 @@ func TestLostLeaseStaysLostWhenFieldIsBack(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		for _, call := range []string{"Lock", "TryLock", "Unlock"} {
 			t.Run(call, func(t *testing.T) {
+				t.Parallel()
 				ctx := testCtx(t, 30*time.Second)
 				name := "lost-lease-field-back-" + call
-				// A renewal every 500 ms finds the lock gone soon; the 1.5 s lease outlives a
-				// slow acquisition on a loaded machine (300 ms did not always).
-				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(1500*time.Millisecond))
+				// A renewal every 2 s finds the lock gone soon; the 6 s lease outlives a slow
+				// acquisition on a loaded machine (300 ms did not always, nor 1.5 s under two
+				// CPU hogs).
+				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(6*time.Second))
 				admin := b.Client(t)
 				l := c.Lock(name, Reentrant())
 				must(t, l.Lock(ctx))

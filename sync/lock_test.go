@@ -802,7 +802,9 @@ func TestReentryWithShortLeaseStaysKept(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
-		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(3*time.Second)) // renews every 1 s
+		// Renews every 2 s: the 6 s lease outlasts its acquisition and a late round on a loaded
+		// machine.
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(6*time.Second))
 		mu := c.Lock("reenter-short", Reentrant())
 		if err := mu.Lock(ctx); err != nil {
 			t.Fatal(err)
@@ -860,13 +862,13 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		t.Parallel()
-		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine,
-		// until a failed release stops them.
-		const timeout = 1500 * time.Millisecond
+		// Renewals every 2 s keep a 6 s lease with 4 s to spare on a loaded machine (1.5 s
+		// renewed every 500 ms was lost under two CPU hogs), until a failed release stops them.
+		const timeout = 6 * time.Second
 		ctx := testCtx(t, 60*time.Second)
 		proxy := redistest.NewProxy(t, b.Addr)
 		// A short retry budget keeps the test fast: the repeats end while Redis is unreachable.
-		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout), WithRetryBudget(200*time.Millisecond))
+		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout), WithRetryBudget(shortBudget))
 		admin := b.Client(t)
 
 		t.Run("unknown", func(t *testing.T) {
@@ -884,7 +886,7 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 			if _, ok := mu.Deadline(); ok {
 				t.Fatal("a deadline after the hold was given up")
 			}
-			eventually(t, timeout+10*time.Second, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-unknown") })
+			eventually(t, timeout+waitFor, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-unknown") })
 			if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 				t.Fatalf("Unlock after a failed one: %v, want ErrNotHeld (the hold was given up)", err)
 			}
@@ -905,10 +907,10 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 			}
 			select {
 			case <-mu.Lost():
-			case <-time.After(timeout + 10*time.Second):
+			case <-time.After(timeout + waitFor):
 				t.Fatal("Lost not closed after the refused release, although nothing renews the lock")
 			}
-			eventually(t, timeout+10*time.Second, "the lapsed lock expires", func() bool { return !exists(t, admin, "unlock-refused") })
+			eventually(t, timeout+waitFor, "the lapsed lock expires", func() bool { return !exists(t, admin, "unlock-refused") })
 		})
 	})
 }

@@ -347,6 +347,7 @@ func TestPermitSemaphoreBadInput(t *testing.T) {
 func TestPermitAcquireMostPermits(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		ctx := testCtx(t, 2*time.Minute)
 		// Miniredis runs the 4096-permit scripts in seconds, more on a loaded machine: past
 		// rueidis's default 10 s read timeout there.
@@ -409,6 +410,7 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "permits-first-short-lease"
+		const lease = 5 * time.Second // A's: 1.5 s ran out before a slow acquire returned
 		c, _ := newClient(t, b.Addr)
 		s := c.PermitSemaphore(name)
 		must(t, s.SetPermits(ctx, 1))
@@ -419,7 +421,7 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 		go func() {
 			// Then never released. Long enough for the acquire to return within it on a loaded
 			// machine (200 ms was not), far shorter than B's 30 s timer.
-			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(1500*time.Millisecond))
+			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(lease))
 			a <- err
 		}()
 		listeningOn(t, c, s.channel, 1)
@@ -431,14 +433,14 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 			}
 		}()
 		waitersOn(t, c, s.channel, 2)
-		must(t, held.Release(ctx)) // A is served; its permit's lease ends 1.5 s later
+		must(t, held.Release(ctx)) // A is served; its permit's lease ends a lease later
 		must(t, <-a)
-		expired := time.Now().Add(1500 * time.Millisecond)
+		expired := time.Now().Add(lease)
 		select {
 		case at := <-bDone:
 			t.Logf("B served %v after A's permit expired", at.Sub(expired))
-		case <-time.After(10 * time.Second):
-			t.Fatalf("B not served 8.5 s after A's 1.5 s permit expired (waits for its 30 s timer)")
+		case <-time.After(lease + 10*time.Second):
+			t.Fatalf("B not served 10 s after A's %v permit expired (waits for its 30 s timer)", lease)
 		}
 	})
 }

@@ -163,7 +163,7 @@ func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "sem-unknown-acquire-busy"
 		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(600*time.Millisecond))
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
 		warmCounters(t, c)
 		s := c.Semaphore(name)
 		must(t, s.SetPermits(ctx, 5))
@@ -209,7 +209,7 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "settle-background"
 		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(300*time.Millisecond))
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
 		warmCounters(t, c)
 		admin := b.Client(t)
 		s := c.Semaphore(name)

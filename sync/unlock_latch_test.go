@@ -18,6 +18,7 @@ import (
 func TestLatchesDoNotLinger(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		ctx := testCtx(t, 20*time.Second)
 		c, rdb := newClient(t, b.Addr)
 		latches := func() int {

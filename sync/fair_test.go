@@ -88,6 +88,18 @@ func fairWaiterSubscribed(t *testing.T, b *redistest.Backend, c *Client, mu *Fai
 	})
 }
 
+// fairSlowRechecks are the options of a Client whose waiters attempt by themselves only a
+// minute apart: a waiter re-checks at the holder's TTL, a third of the fair wait time, or the
+// watchdog timeout, whichever is nearest, so the two timeouts are minutes, on the holder's
+// Client too (its holds' TTL). Every attempt a test counts is then one the protocol made, and
+// a result that comes within waitFor is a message's, not a re-check's, however slow the
+// machine (with the defaults a waiter re-checks every 10 s, which a loaded run outlasted).
+var fairSlowRechecks = []Option{WithWatchdogTimeout(3 * time.Minute), WithFairLockWaitTimeout(3 * time.Minute)}
+
+// fairSlow is opts and fairSlowRechecks: the options of a Client whose waiters re-check a
+// minute apart (a Lock's waiters too: their Client's registration is kept alive so).
+func fairSlow(opts ...Option) []Option { return append(opts, fairSlowRechecks...) }
+
 // fairCountAttempts counts the acquire scripts whose replies c's handles get. Set it up
 // before c is used.
 func fairCountAttempts(c *Client) *atomic.Int64 {
@@ -130,6 +142,7 @@ func fairAwait(t *testing.T, done <-chan error, within time.Duration, what strin
 func TestFairLockExclusion(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		const clients, goroutines, cycles, name = 4, 8, 5, "fair:exclusion"
 		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
@@ -194,6 +207,7 @@ func TestFairLockExclusion(t *testing.T) {
 func TestFairLockFIFOAcrossClients(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		const clients, goroutines, cycles, name = 4, 8, 5, "fair:fifo"
 		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
@@ -434,12 +448,13 @@ func TestFairLockLiveWaitersKeepPlaces(t *testing.T) {
 func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// A waiter attempts every third of the wait time (40 s): far more than the test takes
-		// on a loaded machine (with 20 s, a 16 s run saw a third attempt).
+		// A waiter attempts every third of the wait time (40 s) — its Client's watchdog timeout,
+		// and the holder's TTL, are minutes too: they cap it as well — far more than the test
+		// takes on a loaded machine (with 20 s, a 16 s run saw a third attempt).
 		const wait, name = 2 * time.Minute, "fair:leave"
 		ctx := testCtx(t, 90*time.Second)
 		admin := b.Client(t)
-		holderC, _ := newClient(t, b.Addr)
+		holderC, _ := newClient(t, b.Addr, WithWatchdogTimeout(3*time.Minute))
 		holder := holderC.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
@@ -465,7 +480,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 			done     <-chan error
 		}
 		start := func() *waiter {
-			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
+			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait), WithWatchdogTimeout(3*time.Minute))
 			c.leaveGrace = time.Minute // the wait returns once its leave has run, however slow
 			w := &waiter{l: c.FairLock(name, Reentrant()), attempts: fairCountAttempts(c)}
 			w.ctx, w.cancel = context.WithCancel(ctx)
@@ -535,7 +550,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 		// The others' contexts end too: nothing is left.
 		for _, w := range []*waiter{w1, w2} {
 			w.cancel()
-			if err := fairAwait(t, w.done, 5*time.Second, "a cancelled waiter"); !errors.Is(err, context.Canceled) {
+			if err := fairAwait(t, w.done, waitFor, "a cancelled waiter"); !errors.Is(err, context.Canceled) {
 				t.Fatalf("Lock with its context cancelled: %v, want context.Canceled", err)
 			}
 		}
@@ -548,7 +563,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 
 // A head waiter that leaves while the lock is free — freed with no message, here by a Java
 // operator's DEL — tells the next waiter, which no release will: it gets the lock at once,
-// not at its own re-check 10 s later. And an Unlock that finds the lock gone still tells the
+// not at its own re-check (a minute later here). And an Unlock that finds the lock gone still tells the
 // head, as Redisson's does.
 func TestFairLockHeadLeavingFreeLockWakesNext(t *testing.T) {
 	t.Parallel()
@@ -556,9 +571,9 @@ func TestFairLockHeadLeavingFreeLockWakesNext(t *testing.T) {
 		const name, java = "fair:pass-on", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
-		// 30 s watchdog and wait time: a waiter re-checks by itself only every 10 s.
-		hc, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
-		wc, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
+		// A waiter re-checks by itself only a minute apart (fairSlowRechecks).
+		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
+		wc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		hn, wn := fairCountAttempts(hc), fairCountAttempts(wc)
 		head, next := hc.FairLock(name, Reentrant()), wc.FairLock(name, Reentrant())
 		must(t, admin.Do(ctx, admin.B().Hset().Key(name).FieldValue().FieldValue(java, "1").Build()).Error())
@@ -566,7 +581,7 @@ func TestFairLockHeadLeavingFreeLockWakesNext(t *testing.T) {
 		defer cancelHead()
 		headDone := fairStartLock(headCtx, head)
 		fairAwaitQueue(t, admin, name, head.Owner())
-		nextCtx := testCtx(t, 5*time.Second)
+		nextCtx := testCtx(t, waitFor)
 		nextDone := fairStartLock(nextCtx, next)
 		fairAwaitQueue(t, admin, name, head.Owner(), next.Owner())
 		fairWaiterSubscribed(t, b, hc, next)
@@ -576,23 +591,23 @@ func TestFairLockHeadLeavingFreeLockWakesNext(t *testing.T) {
 		must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error()) // free, and nobody told
 		cancelHead()
 		left := time.Now()
-		if err := fairAwait(t, headDone, 5*time.Second, "the cancelled head"); !errors.Is(err, context.Canceled) {
+		if err := fairAwait(t, headDone, waitFor, "the cancelled head"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("the head's Lock: %v, want context.Canceled", err)
 		}
-		if err := fairAwait(t, nextDone, 6*time.Second, "the next waiter"); err != nil {
-			t.Fatalf("the next waiter after the head left a free lock (its own re-check is 10 s away): %v", err)
+		if err := fairAwait(t, nextDone, waitFor, "the next waiter"); err != nil {
+			t.Fatalf("the next waiter after the head left a free lock (its own re-check is a minute away): %v", err)
 		}
-		if d := time.Since(left); d > 2*time.Second {
-			t.Fatalf("the next waiter got the lock %v after the head left", d)
+		if d := time.Since(left); d > waitFor {
+			t.Fatalf("the next waiter got the lock %v after the head left (its own re-check is a minute away)", d)
 		}
 		fairNoPlaces(t, admin, name, "after the next waiter took the lock")
 
 		// The lock is deleted under its holder, a waiter queues; the holder's Unlock reports the
 		// loss and tells the head.
-		tc, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
+		tc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		tn := fairCountAttempts(tc)
 		third := tc.FairLock(name, Reentrant())
-		thirdCtx := testCtx(t, 5*time.Second)
+		thirdCtx := testCtx(t, waitFor)
 		thirdDone := fairStartLock(thirdCtx, third)
 		fairAwaitQueue(t, admin, name, third.Owner())
 		fairWaiterSubscribed(t, b, wc, third)
@@ -602,11 +617,11 @@ func TestFairLockHeadLeavingFreeLockWakesNext(t *testing.T) {
 		if err := next.Unlock(ctx); !errors.Is(err, ErrLockLost) {
 			t.Fatalf("Unlock of a deleted fair lock: %v, want ErrLockLost", err)
 		}
-		if err := fairAwait(t, thirdDone, 6*time.Second, "the head after the holder's Unlock"); err != nil {
+		if err := fairAwait(t, thirdDone, waitFor, "the head after the holder's Unlock"); err != nil {
 			t.Fatalf("the head after an Unlock that found the lock gone: %v", err)
 		}
-		if d := time.Since(unlocked); d > 2*time.Second {
-			t.Fatalf("the head got the lock %v after the Unlock", d)
+		if d := time.Since(unlocked); d > waitFor {
+			t.Fatalf("the head got the lock %v after the Unlock (its own re-check is a minute away)", d)
 		}
 		if err := third.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -779,16 +794,19 @@ func TestFairLockRedissonWireCompatibility(t *testing.T) {
 		const name, java = "fair:orders", "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
-		// A 30 s watchdog and wait time: our waiter re-checks by itself only after 10 s.
-		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
+		// A 30 s watchdog and a 3-minute wait time, under a Java hold of minutes: our waiter
+		// re-checks by itself only 30 s after its last attempt (the watchdog timeout), and a
+		// wake within waitFor of the release is the message's, however loaded the machine (a
+		// 10 s re-check was too near to tell apart under two CPU hogs).
+		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second), WithFairLockWaitTimeout(3*time.Minute))
 		attempts := fairCountAttempts(c)
 		mu := c.FairLock(name, Reentrant())
 		ownChannel := "redisson_lock__channel:{fair:orders}:" + mu.Owner()
 
 		// (a) A Java thread holds the lock; our waiter queues in Redisson's layout.
 		must(t, admin.Do(ctx, admin.B().Hset().Key(name).FieldValue().FieldValue(java, "1").Build()).Error())
-		must(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
-		waitCtx := testCtx(t, 5*time.Second)
+		must(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(180000).Build()).Error())
+		waitCtx := testCtx(t, waitFor)
 		done := fairStartLock(waitCtx, mu)
 		fairAwaitQueue(t, admin, name, mu.Owner())
 		eventually(t, waitFor, "our waiter subscribed to "+ownChannel, func() bool {
@@ -808,11 +826,11 @@ func TestFairLockRedissonWireCompatibility(t *testing.T) {
 		if n := mustInt(t, admin.Do(ctx, admin.B().Publish().Channel(ownChannel).Message("0").Build())); n != 1 {
 			t.Fatalf("the Java release reached %d subscribers, want our waiter", n)
 		}
-		if err := fairAwait(t, done, 6*time.Second, "our waiter after the Java release"); err != nil {
-			t.Fatalf("our waiter after a Redisson-style release (its own re-check is 10 s away): %v", err)
+		if err := fairAwait(t, done, waitFor, "our waiter after the Java release"); err != nil {
+			t.Fatalf("our waiter after a Redisson-style release (its own re-check is 30 s away): %v", err)
 		}
-		if d := time.Since(released); d > 2*time.Second {
-			t.Fatalf("woken %v after the Java release", d)
+		if d := time.Since(released); d > waitFor {
+			t.Fatalf("woken %v after the Java release (its own re-check is 30 s away)", d)
 		}
 
 		// (c) Held: the hash is Redisson's, with the watchdog lease; no place is left.

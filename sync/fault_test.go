@@ -177,8 +177,10 @@ func TestFaultWaitEndsWhenRedisClientClosed(t *testing.T) {
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
 
-		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(1500*time.Millisecond))
-		must(t, c.Lock(name+"-other").Lock(ctx)) // renewed every 500 ms
+		// A lease that outlasts its acquisition on a loaded machine (1.5 s did not under two CPU
+		// hogs), renewed every 2 s.
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(6*time.Second))
+		must(t, c.Lock(name+"-other").Lock(ctx))
 		const waiters = 2
 		errc := make(chan error, waiters)
 		for i := range waiters {
@@ -207,10 +209,9 @@ func TestFaultWaitEndsWhenRedisClientClosed(t *testing.T) {
 				if !errors.Is(err, rueidis.ErrClosing) {
 					t.Errorf("waiting Lock after rdb.Close: %v, want an error wrapping rueidis.ErrClosing", err)
 				}
-				// The next renewal is due within 500 ms; seconds more for a loaded machine, far
-				// from the 10 s re-check that would end a wait nothing woke.
-				if took > 3*time.Second {
-					t.Errorf("waiting Lock took %v to notice its rueidis client closed; the Client's next renewal was due within 500 ms", took)
+				// The next renewal is due within 2 s; seconds more for a loaded machine.
+				if took > 5*time.Second {
+					t.Errorf("waiting Lock took %v to notice its rueidis client closed; the Client's next renewal was due within 2 s", took)
 				}
 			case <-timeout:
 				t.Fatalf("%d of %d waiting Locks still waiting 15 s after their rueidis client was closed (Mux.Done closed: %v)",
@@ -369,6 +370,7 @@ func TestFaultPausedAcquireIsLost(t *testing.T) {
 func TestFaultValidAndDeadline(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 30*time.Second)
 		c, _ := newClient(t, b.Addr)
 		l := c.Lock("valid-deadline")
@@ -398,8 +400,9 @@ func TestFaultValidAndDeadline(t *testing.T) {
 			t.Fatal("Deadline after Unlock")
 		}
 
-		// Long enough to outlast the acquisition and the checks on a loaded machine.
-		const lease = 1500 * time.Millisecond
+		// Long enough to outlast the acquisition and the checks on a loaded machine (1.5 s did
+		// not under two CPU hogs).
+		const lease = 5 * time.Second
 		before = time.Now()
 		if ok, err := l.TryLock(ctx, Lease(lease)); !ok || err != nil {
 			t.Fatalf("TryLock: %v, %v", ok, err)
@@ -429,12 +432,15 @@ func TestFaultValidAndDeadline(t *testing.T) {
 func TestFaultOutcomeUnknownVisible(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 30*time.Second)
 		const name = "outcome-unknown"
 		proxy := redistest.NewProxy(t, b.Addr)
 		// Long enough for the settling repeat after the outage to get through a reconnection on
-		// a loaded machine (with 100 ms it met only the connection the outage broke: EOF).
-		const budget = time.Second
+		// a loaded machine (with 100 ms it met only the connection the outage broke: EOF), and
+		// for a reply to come there (1 s, and so the 2 s a request is awaited at least, did
+		// not under two CPU hogs).
+		const budget = 5 * time.Second
 		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(budget))
 		admin := b.Client(t)
 		l := c.Lock(name)
@@ -473,11 +479,13 @@ func TestFaultOutcomeUnknownVisible(t *testing.T) {
 func TestFaultWatchdogBackoffLogsOnce(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 30*time.Second)
 		const name = "backoff-outage"
-		// Renewals every 500 ms keep the lease with a second to spare until the outage, on a
-		// loaded machine too; the outage outlasts the lease by a second.
-		const wd = 1500 * time.Millisecond
+		// Renewals every 2 s keep the lease with 4 s to spare until the outage, on a loaded
+		// machine too (1.5 s renewed every 500 ms ran out before its acquisition returned
+		// under two CPU hogs); the outage outlasts the lease by a second.
+		const wd = 6 * time.Second
 		const outage = wd + time.Second
 		proxy := redistest.NewProxy(t, b.Addr)
 		core, logs := observer.New(zapcore.DebugLevel)

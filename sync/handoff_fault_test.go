@@ -124,6 +124,7 @@ func TestUnknownHandoffHeirAdoptsHold(t *testing.T) {
 func TestHandoffStress(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		ctx := testCtx(t, 60*time.Second)
 		c1, _ := newClient(t, b.Addr, WithLocalHandoff(3))
 		c2, _ := newClient(t, b.Addr, WithLocalHandoff(3))

@@ -109,8 +109,8 @@ func (s *rawSub) published(t *testing.T, ctx context.Context) []string {
 				m.Message = m.Channel + " " + m.Message
 			}
 			got = append(got, m.Message)
-		case <-time.After(5 * time.Second):
-			t.Fatal("fence message not delivered within 5 s")
+		case <-time.After(waitFor):
+			t.Fatalf("fence message not delivered within %v", waitFor)
 		}
 	}
 }
@@ -245,8 +245,9 @@ func TestHandoffLeases(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		t.Parallel()
-		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine.
-		const timeout = 1500 * time.Millisecond
+		// Renewals every 2 s keep a 6 s lease with 4 s to spare on a loaded machine (a 1.5 s
+		// lease ran out before a slow acquisition returned under two CPU hogs).
+		const timeout = 6 * time.Second
 		ctx := testCtx(t, 60*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 		a, kept, timed := c.Lock("leases"), c.Lock("leases"), c.Lock("leases")
@@ -268,7 +269,7 @@ func TestHandoffLeases(t *testing.T) {
 			if !exists(t, rdb, "leases") {
 				t.Fatalf("handed-over lock expired %v after the hand-off: not kept by the watchdog", time.Since(handed))
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // an expired key stays gone: no need to look more often
 		}
 		if held, err := kept.IsHeld(ctx); !held || err != nil {
 			t.Fatalf("handed-over lock not kept by the watchdog past its lease: %v, %v", held, err)
@@ -563,8 +564,13 @@ func TestHandoffOfLostLockHeirAttemptsItself(t *testing.T) {
 				other, _ := newClient(t, b.Addr)
 				l, h := c.Lock(name), c.Lock(name)
 				must(t, l.Lock(ctx))
+				attempts := countAttempts(c)
 				hDone := startLock(ctx, h)
 				settled(t, c, name, 1)
+				// And its two attempts answered (its first, and the one its subscription's
+				// confirmation wakes): one still on its way would take the lock deleted below
+				// before the other Client could (a loaded machine made it that late).
+				eventually(t, waitFor, "the heir's two attempts answered", func() bool { return attempts.Load() >= 2 })
 				must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 				o := other.Lock(name)
 				if taken {
@@ -618,23 +624,27 @@ func TestHandoffOfLostLockHeirAttemptsItself(t *testing.T) {
 func TestHandoffNearLeaseEndGivesHeirItsOwnLease(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 20*time.Second)
 		const name = "handoff-near-end"
 		c, rdb := newClient(t, b.Addr)
 		sub := rawSubscribe(t, ctx, rdb, lockChannel(name))
 		l, h := c.Lock(name), c.Lock(name)
-		must(t, l.Lock(ctx, Lease(2*time.Second)))
+		// Half of it left, 4 s: the release comes well before the end on a loaded machine (a
+		// 2 s lease with 1.5 s left ran out before it under two CPU hogs).
+		const lease = 8 * time.Second
+		must(t, l.Lock(ctx, Lease(lease)))
 		hDone := startLock(ctx, h)
 		settled(t, c, name, 1)
 		sub.published(t, ctx)
 		eventually(t, waitFor, "releaser's lease near its end", func() bool {
-			return pttl(t, rdb, name) < 1500
+			return pttl(t, rdb, name) < lease.Milliseconds()/2
 		})
 
 		must(t, l.Unlock(ctx))
 		await(t, hDone, "heir handed the lock")
 		sub.quiet(t, ctx, "hand-off near the releaser's lease end")
-		if ttl := pttl(t, rdb, name); ttl <= 2000 || ttl > DefaultWatchdogTimeout.Milliseconds() {
+		if ttl := pttl(t, rdb, name); ttl <= lease.Milliseconds() || ttl > DefaultWatchdogTimeout.Milliseconds() {
 			t.Fatalf("PTTL %d after the hand-off, want the heir's watchdog lease (%v)", ttl, DefaultWatchdogTimeout)
 		}
 		if d, ok := h.Deadline(); !ok || time.Until(d) < DefaultWatchdogTimeout-5*time.Second {

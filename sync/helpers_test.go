@@ -39,6 +39,40 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 // that a loaded machine does not fail a test that waits for an event.
 const waitFor = 20 * time.Second
 
+// cpuTurns are the turns of the CPU-bound tests (see cpuBound): one under the race detector,
+// which makes them several times as costly, two otherwise.
+var cpuTurns = make(chan struct{}, cpuTurnCount())
+
+func cpuTurnCount() int {
+	if raceDetector {
+		return 1
+	}
+	return 2
+}
+
+// cpuBound makes the test, a CPU-bound one (hundreds of goroutines contending for a lock,
+// thousands of permits in one script, scripts repeated under faults), wait for a turn and
+// keep it to its end: such tests run one or two at a time (cpuTurns), beside the package's
+// other tests but not beside all the others of their kind. All at once they kept both CPUs
+// busy for tens of seconds under -race, and the tests beside them, which time leases,
+// renewals and waits, saw their process's goroutines run seconds late (under two CPU hogs a
+// miniredis reply took over 10 s, and a renewal round 1 s late lost a 1.5 s lease).
+//
+// Call it first thing in a test that starts no parallel subtests after it (a leaf): a
+// holder never waits for a parallel slot, so that the turn cannot deadlock the slots, even
+// with -parallel 1.
+func cpuBound(t *testing.T) {
+	t.Helper()
+	cpuTurns <- struct{}{}
+	t.Cleanup(func() { <-cpuTurns })
+}
+
+// shortBudget is the retry budget of a Client whose requests a test makes go unanswered
+// (Redis unreachable, or hung): short, so that they end soon, yet long enough for the
+// answers a loaded machine does give (every request is awaited 2 s at least whatever the
+// budget, which under two CPU hogs and -race was not always enough).
+const shortBudget = 5 * time.Second
+
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -14,10 +14,12 @@ import (
 func TestHoldContextEndsWithTheHold(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 20*time.Second)
 		c, _ := newClient(t, b.Addr)
 		for _, kind := range mutexKinds {
 			t.Run(kind.name, func(t *testing.T) {
+				t.Parallel() // each waits for its lease to run out
 				mu := c.Lock("hold-ctx:" + kind.name)
 				if hctx, cancel := mu.HoldContext(ctx); hctx.Err() == nil || !errors.Is(context.Cause(hctx), ErrNotHeld) {
 					t.Fatalf("HoldContext of a handle holding nothing: %v (%v), want it ended with ErrNotHeld", hctx.Err(), context.Cause(hctx))
@@ -33,20 +35,22 @@ func TestHoldContextEndsWithTheHold(t *testing.T) {
 				must(t, mu.Unlock(ctx))
 				select {
 				case <-hctx.Done():
-				case <-time.After(5 * time.Second):
+				case <-time.After(waitFor):
 					t.Fatal("the hold's context did not end at Unlock")
 				}
 				if cause := context.Cause(hctx); !errors.Is(cause, ErrHoldEnded) {
 					t.Fatalf("cause %v, want ErrHoldEnded", cause)
 				}
 
-				// A lease that runs out: the context ends with the loss.
-				must(t, mu.Lock(ctx, Lease(300*time.Millisecond)))
+				// A lease that runs out: the context ends with the loss. Long enough to outlast
+				// the acquisition on a loaded machine (300 ms did not under two CPU hogs).
+				const lease = 5 * time.Second
+				must(t, mu.Lock(ctx, Lease(lease)))
 				lctx, lcancel := mu.HoldContext(ctx)
 				defer lcancel()
 				select {
 				case <-lctx.Done():
-				case <-time.After(10 * time.Second):
+				case <-time.After(lease + waitFor):
 					t.Fatal("the hold's context did not end when its lease ran out")
 				}
 				if cause := context.Cause(lctx); !errors.Is(cause, ErrLockLost) {
@@ -72,7 +76,9 @@ func TestExtend(t *testing.T) {
 		if err := mu.Extend(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("Extend of a handle holding nothing: %v, want ErrNotHeld", err)
 		}
-		must(t, mu.Lock(ctx, Lease(2*time.Second)))
+		// Leases long enough to outlast the steps up to their Extend on a loaded machine (2 s
+		// ran out first under two CPU hogs).
+		must(t, mu.Lock(ctx, Lease(10*time.Second)))
 		must(t, mu.Extend(ctx, time.Minute))
 		if ttl := pttl(t, admin, name); ttl < 50_000 {
 			t.Fatalf("PTTL %d ms after Extend(1m), want about a minute", ttl)
@@ -96,13 +102,13 @@ func TestExtend(t *testing.T) {
 		}
 
 		rw := c.RWLock("extend:rw")
-		must(t, rw.RLock(ctx, Lease(2*time.Second)))
+		must(t, rw.RLock(ctx, Lease(10*time.Second)))
 		must(t, rw.RExtend(ctx, time.Minute))
 		if ttl := pttl(t, admin, "extend:rw"); ttl < 50_000 {
 			t.Fatalf("read lock PTTL %d ms after RExtend(1m), want about a minute", ttl)
 		}
 		must(t, rw.RUnlock(ctx))
-		must(t, rw.Lock(ctx, Lease(2*time.Second)))
+		must(t, rw.Lock(ctx, Lease(10*time.Second)))
 		must(t, rw.Extend(ctx, time.Minute))
 		if ttl := pttl(t, admin, "extend:rw"); ttl < 50_000 {
 			t.Fatalf("write lock PTTL %d ms after Extend(1m), want about a minute", ttl)

@@ -66,7 +66,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "wake-one-client"
-		holderC, rdb := newClient(t, b.Addr)
+		holderC, rdb := newClient(t, b.Addr, fairSlow()...)
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
 		sub := rawSubscribeAlso(t, ctx, rdb, lockChannel(name), suffixName(name, "lock_clients")+":*")
@@ -81,7 +81,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 			// last (miniredis's clock moves in steps of a few ms) may go either side of it.
 			last := serverMs(t, rdb)
 			eventually(t, waitFor, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
-			c, _ := newClient(t, b.Addr)
+			c, _ := newClient(t, b.Addr, fairSlow()...)
 			n := countAttempts(c)
 			l := c.Lock(name)
 			results = append(results, lockAsync(ctx, l))
@@ -101,7 +101,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 
 		must(t, holder.Unlock(ctx))
 		for i, l := range locks {
-			wantResult(t, "waiter "+strconv.Itoa(i), results[i], 5*time.Second)
+			wantResult(t, "waiter "+strconv.Itoa(i), results[i], waitFor)
 			for j := i + 1; j < len(locks); j++ {
 				notYet(t, results[j], "waiter "+strconv.Itoa(j))
 			}
@@ -137,8 +137,8 @@ func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "run-ends"
-		runC, rdb := newClient(t, b.Addr, WithLocalHandoff(1))
-		otherC, _ := newClient(t, b.Addr)
+		runC, rdb := newClient(t, b.Addr, fairSlow(WithLocalHandoff(1))...)
+		otherC, _ := newClient(t, b.Addr, fairSlow()...)
 		first := runC.Lock(name)
 		must(t, first.Lock(ctx))
 		other := lockAsync(ctx, otherC.Lock(name))
@@ -152,7 +152,7 @@ func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
 		})
 		settled(t, runC, name, 1)
 		must(t, first.Unlock(ctx)) // hands the lock to the heir: the run's one hand-off
-		wantResult(t, "heir", heirGot, 5*time.Second)
+		wantResult(t, "heir", heirGot, waitFor)
 		last := runC.Lock(name)
 		lastGot := lockAsync(ctx, last)
 		// Its attempt made (it registers the run's Client again): one still to come could
@@ -161,7 +161,7 @@ func TestHandoffRunEndsWithTheNextClient(t *testing.T) {
 			return runC.mux.Waiters(waitChannel(runC, name)) == 1 && len(registered(t, rdb, name)) == 2
 		})
 		must(t, heir.Unlock(ctx)) // the run is over: the other Client's turn
-		wantResult(t, "the other Client's waiter", other, 5*time.Second)
+		wantResult(t, "the other Client's waiter", other, waitFor)
 		notYet(t, lastGot, "the run's Client's third waiter")
 		if got := registered(t, rdb, name); !slices.Equal(got, []string{runC.lockToken}) {
 			t.Fatalf("registered %q after the run ended, want the run's Client alone", got)
@@ -177,7 +177,7 @@ func TestGoneClientCostsAKeepAlive(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "gone-client"
-		holderC, rdb := newClient(t, b.Addr)
+		holderC, rdb := newClient(t, b.Addr, fairSlow()...)
 		waiterC, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(3*time.Second))
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
@@ -193,7 +193,7 @@ func TestGoneClientCostsAKeepAlive(t *testing.T) {
 				listening(t, b, waiterC, name) && attempts.Load() >= 2
 		})
 		must(t, holder.Unlock(ctx))
-		wantResult(t, "the live waiter", got, 5*time.Second)
+		wantResult(t, "the live waiter", got, waitFor)
 		// The release woke the dead Client (its registration is gone, a second before it
 		// would have lapsed), and the live one's take dropped its own.
 		if r := registered(t, rdb, name); len(r) != 0 {
@@ -205,14 +205,14 @@ func TestGoneClientCostsAKeepAlive(t *testing.T) {
 
 // The last waiter of a Client that a release woke as it gave up passes the wake on: with
 // the lock free and its registration gone, its leave wakes the next Client, which would
-// otherwise wait for its keep-alive (10 s here).
+// otherwise wait for its keep-alive (a minute here).
 func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "leave-passes"
-		leaverC, rdb := newClient(t, b.Addr)
-		nextC, _ := newClient(t, b.Addr)
+		leaverC, rdb := newClient(t, b.Addr, fairSlow()...)
+		nextC, _ := newClient(t, b.Addr, fairSlow()...)
 		// A Java thread holds the lock, with a TTL past the test.
 		redissonHolds(t, ctx, rdb, name)
 		leaveCtx, leave := context.WithCancel(ctx)
@@ -232,20 +232,20 @@ func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 		if err := <-leaver; err != context.Canceled {
 			t.Fatalf("leaver: %v, want context.Canceled", err)
 		}
-		wantResult(t, "the next Client's waiter", next, 3*time.Second)
+		wantResult(t, "the next Client's waiter", next, waitFor)
 	})
 }
 
 // A Client woken by a latchkey release that finds a Redisson holder there (it took the lock
 // in between) listens on Redisson's channel from then on, so the Redisson release wakes it,
-// not its keep-alive (20 s here).
+// not its keep-alive (a minute here).
 func TestWokenClientHearsARedissonHolderRelease(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "woken-finds-java"
-		holderC, rdb := newClient(t, b.Addr)
-		waiterC, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		holderC, rdb := newClient(t, b.Addr, fairSlow()...)
+		waiterC, _ := newClient(t, b.Addr, fairSlow()...)
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
 		got := lockAsync(ctx, waiterC.Lock(name))
@@ -265,7 +265,7 @@ func TestWokenClientHearsARedissonHolderRelease(t *testing.T) {
 		notYet(t, got, "the waiter, while Java holds the lock")
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(lockChannel(name)).Message("0").Build()).Error())
-		wantResult(t, "the waiter, after the Redisson release", got, 5*time.Second)
+		wantResult(t, "the waiter, after the Redisson release", got, waitFor)
 	})
 }
 
@@ -353,13 +353,13 @@ func serverMs(t *testing.T, rdb rueidis.Client) int64 {
 
 // A release that knew of no waiter left in its Client keeps the Client's registration: it
 // is that of a waiter that registered while the release was on its way, which the release
-// wakes (here, the one registered Client) rather than strand it until its keep-alive (20 s).
+// wakes (here, the one registered Client) rather than strand it until its keep-alive (a minute).
 func TestReleaseKeepsRegistrationOfWaiterThatCameMeanwhile(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "came-meanwhile"
-		c, rdb := newClient(t, b.Addr, WithLocalHandoff(0), WithFairLockWaitTimeout(time.Minute))
+		c, rdb := newClient(t, b.Addr, fairSlow(WithLocalHandoff(0))...)
 		holder := c.Lock(name)
 		must(t, holder.Lock(ctx))
 		got := lockAsync(ctx, c.Lock(name))
@@ -373,20 +373,20 @@ func TestReleaseKeepsRegistrationOfWaiterThatCameMeanwhile(t *testing.T) {
 		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 1 {
 			t.Fatalf("release: %v, %v; want 1 (freed)", v, err)
 		}
-		wantResult(t, "the waiter that came meanwhile", got, 5*time.Second)
+		wantResult(t, "the waiter that came meanwhile", got, waitFor)
 	})
 }
 
 // A waiter that came as its Client's last waiter left, and registered just before the
 // leave dropped the registration, is made to attempt again, and so registers again: the
-// release wakes it rather than strand it until its keep-alive (20 s here).
+// release wakes it rather than strand it until its keep-alive (a minute here).
 func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "came-as-last-left"
-		holderC, rdb := newClient(t, b.Addr)
-		c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		holderC, rdb := newClient(t, b.Addr, fairSlow()...)
+		c, _ := newClient(t, b.Addr, fairSlow()...)
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
 		attempts := countAttempts(c)
@@ -407,21 +407,21 @@ func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 			t.Fatalf("first waiter: %v, want context.Canceled", err)
 		}
 		must(t, holder.Unlock(ctx))
-		wantResult(t, "the next waiter", next, 5*time.Second)
+		wantResult(t, "the next waiter", next, waitFor)
 	})
 }
 
 // A release that registered its Client again for a waiter that left while the release was
 // on its way drops that registration, which would otherwise take the wake of a later
-// release from the Client registered behind it (20 s keep-alive here).
+// release from the Client registered behind it (a minute's keep-alive here).
 func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "left-meanwhile"
-		x, rdb := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute), WithLocalHandoff(0))
-		z1C, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
-		z2C, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		x, rdb := newClient(t, b.Addr, fairSlow(WithLocalHandoff(0))...)
+		z1C, _ := newClient(t, b.Addr, fairSlow()...)
+		z2C, _ := newClient(t, b.Addr, fairSlow()...)
 		holder := x.Lock(name)
 		must(t, holder.Lock(ctx))
 		z1 := z1C.Lock(name)
@@ -444,30 +444,35 @@ func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 			}
 		}
 		must(t, holder.Unlock(ctx)) // counted x's waiter, which left before it ran
-		wantResult(t, "z1", got1, 5*time.Second)
+		wantResult(t, "z1", got1, waitFor)
 		got2 := lockAsync(ctx, z2C.Lock(name))
 		eventually(t, waitFor, "z2 registered", func() bool {
 			return slices.Contains(registered(t, rdb, name), z2C.lockToken) && listening(t, b, z2C, name)
 		})
 		must(t, z1.Unlock(ctx))
-		wantResult(t, "z2", got2, 5*time.Second)
+		wantResult(t, "z2", got2, waitFor)
 	})
 }
 
 // A waiter queued behind one that found a Redisson holder never attempted itself; when the
 // one ahead gives up, it attempts, finds the holder and listens on Redisson's channel, so
-// the Redisson release wakes it (20 s keep-alive here).
+// the Redisson release wakes it (a minute's keep-alive here).
 func TestQueuedWaiterHearsRedissonReleaseAfterTheOneAheadLeft(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "queued-java"
-		c, rdb := newClient(t, b.Addr, WithFairLockWaitTimeout(time.Minute))
+		c, rdb := newClient(t, b.Addr, fairSlow()...)
 		redissonHolds(t, ctx, rdb, name)
+		attempts := countAttempts(c)
 		leaveCtx, leave := context.WithCancel(ctx)
 		first := lockAsync(leaveCtx, c.Lock(name))
-		eventually(t, waitFor, "the first waiter on Redisson's channel", func() bool {
-			return numsub(t, b, c, lockChannel(name)) == 1
+		// Settled: its first attempt, and the one the confirmation of its Client's channel
+		// wakes (the listener's forward of Redisson's channel wakes none), both answered. One
+		// still on its way when the wait ends is awaited 25 ms at most, and its outcome is then
+		// unknown: the leave below would not return context.Canceled alone.
+		eventually(t, waitFor, "the first waiter on Redisson's channel, its attempts answered", func() bool {
+			return numsub(t, b, c, lockChannel(name)) == 1 && c.mux.Subscribed(lockChannel(name)) && attempts.Load() >= 2
 		})
 		second := lockAsync(ctx, c.Lock(name))
 		eventually(t, waitFor, "the second waiter queued", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 2 })
@@ -480,7 +485,7 @@ func TestQueuedWaiterHearsRedissonReleaseAfterTheOneAheadLeft(t *testing.T) {
 		})
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(lockChannel(name)).Message("0").Build()).Error())
-		wantResult(t, "the second waiter", second, 5*time.Second)
+		wantResult(t, "the second waiter", second, waitFor)
 	})
 }
 
@@ -491,7 +496,7 @@ func TestClosedClientLeavesNoRegistration(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 20*time.Second)
 		const name = "closed-leaves"
-		holderC, rdb := newClient(t, b.Addr)
+		holderC, rdb := newClient(t, b.Addr, fairSlow()...)
 		c, _ := newClient(t, b.Addr)
 		must(t, holderC.Lock(name).Lock(ctx))
 		got := lockAsync(ctx, c.Lock(name))

@@ -20,6 +20,7 @@ import (
 func TestStockNeverOversold(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		sellStock(t, b, "stock:lock", 4, 50, func(c *Client) func() mutex {
 			return func() mutex { return mutexKinds[0].make(c, "stock:lock") }
 		})
@@ -138,8 +139,10 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		t.Parallel()
-		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine.
-		const timeout = 1500 * time.Millisecond
+		// Renewals every 2 s keep a 6 s lease with 4 s to spare on a loaded machine (a 1.5 s
+		// lease renewed every 500 ms expired after 2.1 s and 2.4 s under two CPU hogs, and ran
+		// out before a slow acquisition returned).
+		const timeout = 6 * time.Second
 		ctx := testCtx(t, 60*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 
@@ -153,7 +156,7 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 				if !exists(t, rdb, "kept") {
 					t.Fatalf("lock expired %v after it was taken despite the watchdog", time.Since(held))
 				}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // an expired key stays gone: no need to look more often
 			}
 			if closed(mu.Lost()) {
 				t.Fatal("Lost closed while the lease was kept")
@@ -194,12 +197,14 @@ func TestWatchdogKeepsLockAndReportsLoss(t *testing.T) {
 			}
 			cut := time.Now()
 			proxy.Blackhole(true)
+			// The lease ends a timeout after the last renewal, before the cut: Lost closes
+			// then, give or take a loaded machine's delays, not a retry budget (10 s) later.
 			select {
 			case <-mu.Lost():
-				if since := time.Since(cut); since > timeout+2*time.Second {
+				if since := time.Since(cut); since > timeout+3*time.Second {
 					t.Fatalf("Lost closed %v after the cut; the lease was %v", since, timeout)
 				}
-			case <-time.After(timeout + 10*time.Second):
+			case <-time.After(timeout + waitFor):
 				t.Fatal("Lost not closed while Redis was unreachable past the lease")
 			}
 		})
@@ -355,9 +360,12 @@ return 1`)
 func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// Renewals every 500 ms keep a hold with a second to spare on a loaded machine; the
-		// 20 handles wait for theirs side by side, not one after another.
-		const timeout = 1500 * time.Millisecond
+		t.Parallel()
+		cpuBound(t)
+		// Renewals every 2 s keep a hold with 4 s to spare on a loaded machine (with 1.5 s, a
+		// first hold waiting for its round ran out under two CPU hogs); the 20 handles wait
+		// for theirs side by side, not one after another.
+		const timeout = 6 * time.Second
 		const handles, cycles = 20, 50
 		ctx := testCtx(t, 60*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
@@ -405,7 +413,7 @@ func TestLockUnlockCyclesLeaveNoKey(t *testing.T) {
 		}
 		// No hold is left to renew: once the last round has returned, an orphan renewal would
 		// have landed.
-		eventually(t, 10*time.Second, "no renewal round on its way", rounds.idle)
+		eventually(t, waitFor, "no renewal round on its way", rounds.idle)
 		c.Close() // flushes the latch janitor
 		if n := dbsize(t, rdb); n != 0 {
 			keys, _ := rdb.Do(ctx, rdb.B().Keys().Pattern("*").Build()).AsStrSlice()
@@ -517,10 +525,12 @@ func warmScripts(t *testing.T, ctx context.Context, c *Client) {
 func TestForceUnlock(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 30*time.Second)
-		// A renewal every 500 ms finds the lock gone soon; the 1.5 s lease outlives a slow
-		// acquisition on a loaded machine.
-		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(1500*time.Millisecond))
+		// A renewal every 2 s finds the lock gone soon (the default's every 10 s); the 6 s
+		// lease outlives a slow acquisition on a loaded machine (1.5 s ran out under two CPU
+		// hogs).
+		c, _ := newClient(t, b.Addr, WithWatchdogTimeout(6*time.Second))
 		holder, other := c.Lock("forced"), c.Lock("forced")
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
@@ -533,7 +543,7 @@ func TestForceUnlock(t *testing.T) {
 		}
 		select {
 		case <-holder.Lost():
-		case <-time.After(10 * time.Second):
+		case <-time.After(waitFor):
 			t.Fatal("the holder's Lost not closed after ForceUnlock")
 		}
 		if ok, err := other.ForceUnlock(ctx); ok || err != nil {
@@ -590,8 +600,9 @@ func TestTryLockWaitAndLeaseLoss(t *testing.T) {
 		c, _ := newClient(t, b.Addr)
 		holder, waiter := c.Lock("try"), c.Lock("try")
 		// Long enough to outlast the acquisition and the 100 ms TryLock below on a loaded
-		// machine; then it runs out.
-		if err := holder.Lock(ctx, Lease(1500*time.Millisecond)); err != nil {
+		// machine (1.5 s ran out before the acquisition returned under two CPU hogs); then it
+		// runs out.
+		if err := holder.Lock(ctx, Lease(5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -603,10 +614,10 @@ func TestTryLockWaitAndLeaseLoss(t *testing.T) {
 		}
 		select {
 		case <-holder.Lost():
-		case <-time.After(10 * time.Second):
+		case <-time.After(waitFor):
 			t.Fatal("Lost not closed when the explicit lease ran out")
 		}
-		if ok, err := waiter.TryLock(ctx, WaitTime(10*time.Second)); !ok || err != nil {
+		if ok, err := waiter.TryLock(ctx, WaitTime(waitFor)); !ok || err != nil {
 			t.Fatalf("TryLock after the lease ran out: %v, %v", ok, err)
 		}
 		if err := holder.Unlock(ctx); !errors.Is(err, ErrLockLost) {

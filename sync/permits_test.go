@@ -109,13 +109,15 @@ func TestPermitSemaphoreAcquireRelease(t *testing.T) {
 func TestPermitSemaphoreExpiredPermitsComeBack(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 60*time.Second)
 		c, _ := newClient(t, b.Addr)
 		s := c.PermitSemaphore("permits-expire")
 		must(t, s.SetPermits(ctx, 2))
 		// A lease short enough to run out soon, long enough for the acquire to return within
-		// it on a loaded machine (150 ms was not under CI's load, 500 ms not with two CPU hogs).
-		const lease = 1500 * time.Millisecond
+		// it on a loaded machine (150 ms was not under CI's load, 500 ms not with two CPU hogs,
+		// and a 1 s one elsewhere not with -race too).
+		const lease = 5 * time.Second
 		p, err := s.Acquire(ctx, 2, Lease(lease))
 		must(t, err)
 		start := time.Now()
@@ -148,9 +150,11 @@ func TestPermitSemaphoreExpiredPermitsComeBack(t *testing.T) {
 func TestPermitSemaphoreWatchdog(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 60*time.Second)
-		// Renewals every 500 ms keep a 1.5 s lease with a second to spare on a loaded machine.
-		const name, timeout = "permits-watchdog", 1500 * time.Millisecond
+		// Renewals every 2 s keep a 6 s lease with 4 s to spare on a loaded machine (a 1.5 s
+		// lease renewed every 500 ms was lost under two CPU hogs).
+		const name, timeout = "permits-watchdog", 6 * time.Second
 		holder, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
 		other, _ := newClient(t, b.Addr)
 		s := holder.PermitSemaphore(name)
@@ -192,6 +196,7 @@ func TestPermitSemaphoreWatchdog(t *testing.T) {
 func TestPermitSemaphoreNeverOverLimit(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		ctx := testCtx(t, 30*time.Second)
 		const name, limit, clients, workers, rounds = "permits-limit", 3, 4, 8, 6
 		var cs []*Client

@@ -144,6 +144,7 @@ func notYet(t *testing.T, done <-chan error, what string) {
 func TestRWLockInvariantsUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		const clients, goroutines, cycles, name, data = 4, 8, 6, "rw:invariants", "rw:invariants:data"
 		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
@@ -395,15 +396,16 @@ func TestRWLockDowngradeAndUpgrade(t *testing.T) {
 	})
 }
 
-// Release messages wake waiters, with no re-check to help: the watchdog timeout is 30 s, so
-// within a 5 s context only a message can wake them. The last reader's release wakes a
-// waiting writer; a writer's release wakes every waiting reader, in every Client.
+// Release messages wake waiters, with no re-check to help: waiters re-check by themselves only
+// a minute apart (fairSlowRechecks), so within waitFor only a message can wake them. The last
+// reader's release wakes a waiting writer; a writer's release wakes every waiting reader, in
+// every Client.
 func TestRWLockReleaseWakesWaiters(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name = "rw:wake"
-		c1, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
-		c2, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
+		c1, rdb := newClient(t, b.Addr, fairSlowRechecks...)
+		c2, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		ctx := testCtx(t, 10*time.Second)
 		sub := rawSubscribe(t, ctx, rdb, rwChannel(name))
 
@@ -411,7 +413,7 @@ func TestRWLockReleaseWakesWaiters(t *testing.T) {
 		r1, r2, w := c1.RWLock(name, Reentrant()), c1.RWLock(name, Reentrant()), c2.RWLock(name, Reentrant())
 		must(t, r1.RLock(ctx))
 		must(t, r2.RLock(ctx))
-		wctx := testCtx(t, 5*time.Second)
+		wctx := testCtx(t, waitFor)
 		wrote := rwGo(func() error { return w.Lock(wctx) })
 		rwClaimed(t, rdb, name, w.Owner()+":write")
 		rwParked(t, c2, name, 1)
@@ -419,7 +421,7 @@ func TestRWLockReleaseWakesWaiters(t *testing.T) {
 		notYet(t, wrote, "the writer with a reader left")
 		sub.quiet(t, ctx, "a read release that leaves the lock held")
 		must(t, r2.RUnlock(ctx))
-		must(t, rwResult(t, wrote, 5*time.Second, "writer after the last reader left"))
+		must(t, rwResult(t, wrote, waitFor, "writer after the last reader left"))
 		if got := sub.published(t, ctx); !slices.Equal(got, []string{"1"}) {
 			t.Fatalf("the last read release with a writer waiting published %q, want [1]", got)
 		}
@@ -429,7 +431,7 @@ func TestRWLockReleaseWakesWaiters(t *testing.T) {
 		}
 
 		// Readers of both Clients behind the writer: one message wakes them all.
-		rctx := testCtx(t, 5*time.Second)
+		rctx := testCtx(t, waitFor)
 		var readers []*RWLock
 		var read []<-chan error
 		for _, c := range []*Client{c1, c1, c1, c2, c2} {
@@ -441,7 +443,7 @@ func TestRWLockReleaseWakesWaiters(t *testing.T) {
 		rwParked(t, c2, name, 2)
 		must(t, w.Unlock(ctx))
 		for i, done := range read {
-			must(t, rwResult(t, done, 5*time.Second, fmt.Sprintf("reader %d after the write release", i)))
+			must(t, rwResult(t, done, waitFor, fmt.Sprintf("reader %d after the write release", i)))
 		}
 		if got := sub.published(t, ctx); !slices.Equal(got, []string{"1"}) {
 			t.Fatalf("the write release published %q, want [1]", got)
@@ -466,13 +468,15 @@ func TestRWLockWriteReleaseOfDeletedLockWakesWaiters(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name = "rw:gone"
-		c1, rdb := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
-		c2, _ := newClient(t, b.Addr, WithWatchdogTimeout(30*time.Second))
+		// A waiting reader re-checks by itself only a minute apart: getting the lock within
+		// waitFor, it was woken by the release.
+		c1, rdb := newClient(t, b.Addr, fairSlowRechecks...)
+		c2, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		ctx := testCtx(t, 10*time.Second)
 		w, r := c1.RWLock(name, Reentrant()), c2.RWLock(name, Reentrant())
 		must(t, w.Lock(ctx))
 		attempts := fairCountAttempts(c2)
-		rctx := testCtx(t, 5*time.Second)
+		rctx := testCtx(t, waitFor)
 		read := rwGo(func() error { return r.RLock(rctx) })
 		// Both its attempts made (the second when its subscription is confirmed): a later one
 		// would take the deleted lock before the release below could find it gone.
@@ -486,7 +490,7 @@ func TestRWLockWriteReleaseOfDeletedLockWakesWaiters(t *testing.T) {
 		if got := sub.published(t, ctx); !slices.Equal(got, []string{"1"}) {
 			t.Fatalf("the write release of a deleted lock published %q, want [1]", got)
 		}
-		must(t, rwResult(t, read, 3*time.Second, "the reader after the write release found the lock gone"))
+		must(t, rwResult(t, read, waitFor, "the reader after the write release found the lock gone"))
 		must(t, r.RUnlock(ctx))
 		rwNoKeys(t, rdb, "after every release")
 	})
@@ -622,8 +626,11 @@ func TestRWLockWriterPreference(t *testing.T) {
 func TestRWLockWatchdogAndLost(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// Renewals every 500 ms keep a 1.5 s TTL with a second to spare on a loaded machine.
-		const timeout = 1500 * time.Millisecond
+		t.Parallel()
+		// Renewals every 2 s keep a 6 s TTL with 4 s to spare on a loaded machine (1.5 s
+		// renewed every 500 ms was lost under two CPU hogs).
+		const timeout = 6 * time.Second
+		const lease = 3 * time.Second // the leased read hold's
 		const rname, wname, lname = "rw:lost:read", "rw:lost:write", "rw:lost:lease"
 		ctx := testCtx(t, 30*time.Second)
 		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(timeout))
@@ -633,13 +640,13 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 		must(t, w.Lock(ctx))
 		// Long enough to outlast its acquisition on a loaded machine (200 ms did not), short
 		// enough to run out during the renewals below.
-		must(t, leased.RLock(ctx, Lease(time.Second)))
-		if ttl := pttl(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)); ttl <= 0 || ttl > 1000 {
-			t.Fatalf("leased read hold's timeout key: PTTL %d, want the 1 s lease", ttl)
+		must(t, leased.RLock(ctx, Lease(lease)))
+		if ttl := pttl(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)); ttl <= 0 || ttl > lease.Milliseconds() {
+			t.Fatalf("leased read hold's timeout key: PTTL %d, want the %v lease", ttl, lease)
 		}
 
-		// Past the first TTL, over several renewal periods (every 500 ms): the kept holds'
-		// keys never run out; the leased one does.
+		// Past the first TTL, over several renewal periods (every 2 s): the kept holds' keys
+		// never run out; the leased one does.
 		kept := []string{rname, rwTimeoutKey(rname, r.Owner(), 1), rwTimeoutKey(rname, r.Owner(), 2), wname}
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
@@ -651,7 +658,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 			}
 		}
 		if exists(t, rdb, lname) || exists(t, rdb, rwTimeoutKey(lname, leased.Owner(), 1)) {
-			t.Fatal("a read hold with a 1 s lease still there after 2 s")
+			t.Fatalf("a read hold with a %v lease still there after %v", lease, timeout+timeout/3)
 		}
 		rlost, wlost := r.RLost(), w.Lost()
 		if isClosed(rlost) || isClosed(wlost) || isClosed(w.RLost()) {
@@ -670,7 +677,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 		}
 		wantLost(t, "RUnlock after the lock was deleted", r.RUnlock(ctx), rlost)
 		wantLost(t, "Unlock after the lock was deleted", w.Unlock(ctx), wlost)
-		eventually(t, timeout+5*time.Second, "the lost read holds' timeout keys expire", func() bool {
+		eventually(t, timeout+waitFor, "the lost read holds' timeout keys expire", func() bool {
 			return len(rwKeys(t, rdb)) == 0
 		})
 
@@ -694,7 +701,10 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const javaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 		ctx := testCtx(t, 20*time.Second)
-		c, rdb := newClient(t, b.Addr) // default watchdog: a waiter re-checks 10 s or more apart
+		c, rdb := newClient(t, b.Addr) // default watchdog: its leases are Redisson's 30 s
+		// Waiters re-check by themselves only a minute apart (fairSlowRechecks): one that gets
+		// the lock within waitFor was woken by the release.
+		wc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 
 		t.Run("layout", func(t *testing.T) {
 			for _, name := range []string{"rw:layout", "{app}:rw"} {
@@ -790,17 +800,17 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 			const name = "rw:java-writer"
 			must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue("mode", "write").
 				FieldValue(javaOwner+":write", "1").Build()).Error())
-			must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
-			r := c.RWLock(name, Reentrant())
+			must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(180000).Build()).Error())
+			r := wc.RWLock(name, Reentrant())
 			if ok, err := r.TryRLock(ctx); ok || err != nil {
 				t.Fatalf("TryRLock over a Java writer: %v, %v; want false, nil", ok, err)
 			}
-			rctx := testCtx(t, 5*time.Second)
+			rctx := testCtx(t, waitFor)
 			read := rwGo(func() error { return r.RLock(rctx) })
-			rwParked(t, c, name, 1)
+			rwParked(t, wc, name, 1)
 			must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 			must(t, rdb.Do(ctx, rdb.B().Publish().Channel("redisson_rwlock:{rw:java-writer}").Message("1").Build()).Error())
-			must(t, rwResult(t, read, 5*time.Second, "our reader after the Java write release"))
+			must(t, rwResult(t, read, waitFor, "our reader after the Java write release"))
 			rwEqual(t, rdb, name, map[string]string{"mode": "read", r.Owner(): "1"}, "our reader in")
 			must(t, r.RUnlock(ctx))
 			rwNoKeys(t, rdb, "after the release")
@@ -810,9 +820,9 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 			const name = "rw:java-reader"
 			javaTimeout := "{" + name + "}:" + javaOwner + ":rwlock_timeout:1"
 			must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue("mode", "read").FieldValue(javaOwner, "1").Build()).Error())
-			must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
-			must(t, rdb.Do(ctx, rdb.B().Set().Key(javaTimeout).Value("1").PxMilliseconds(30000).Build()).Error())
-			w, r := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
+			must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(180000).Build()).Error())
+			must(t, rdb.Do(ctx, rdb.B().Set().Key(javaTimeout).Value("1").PxMilliseconds(180000).Build()).Error())
+			w, r := wc.RWLock(name, Reentrant()), wc.RWLock(name, Reentrant())
 
 			// Our reader shares the lock with the Java reader, and its release leaves it.
 			must(t, r.RLock(ctx))
@@ -826,14 +836,14 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 			if ok, err := w.TryLock(ctx); ok || err != nil {
 				t.Fatalf("TryLock over a Java reader: %v, %v; want false, nil", ok, err)
 			}
-			wctx := testCtx(t, 5*time.Second)
+			wctx := testCtx(t, waitFor)
 			wrote := rwGo(func() error { return w.Lock(wctx) })
 			rwClaimed(t, rdb, name, w.Owner()+":write")
-			rwParked(t, c, name, 1)
+			rwParked(t, wc, name, 1)
 			must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 			must(t, rdb.Do(ctx, rdb.B().Del().Key(javaTimeout).Build()).Error())
 			must(t, rdb.Do(ctx, rdb.B().Publish().Channel("redisson_rwlock:{rw:java-reader}").Message("0").Build()).Error())
-			must(t, rwResult(t, wrote, 5*time.Second, "our writer after the Java read release"))
+			must(t, rwResult(t, wrote, waitFor, "our writer after the Java read release"))
 			rwEqual(t, rdb, name, map[string]string{"mode": "write", w.Owner() + ":write": "1"}, "our writer in")
 			if exists(t, rdb, rwWritersKey(name)) {
 				t.Fatal("the writer's claim outlived its acquisition")
@@ -895,18 +905,20 @@ func TestRWLockInvalidArguments(t *testing.T) {
 // A Java reader's release publishes 0, which wakes one local waiter per Client. When that
 // waiter is a reader held back by a waiting writer's claim, its attempt fails, and the
 // writer of the same Client — the one waiter that could take the lock — must still be woken
-// by the message, not by its re-check 10 s later.
+// by the message, not by its re-check (a minute later here).
 func TestRWLockJavaReadReleaseWakesWriterBehindHeldBackReader(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name, javaOwner = "rw:java-mixed", "9c345276-aa6e-44c1-b478-bf4b14ba1498:806"
 		ctx := testCtx(t, 20*time.Second)
-		c, rdb := newClient(t, b.Addr) // default watchdog: a writer re-checks 10 s apart
-		c2, _ := newClient(t, b.Addr)
+		// Waiters re-check by themselves only a minute apart (fairSlowRechecks), under a Java
+		// hold of minutes: a writer that gets the lock within waitFor was woken by the message.
+		c, rdb := newClient(t, b.Addr, fairSlowRechecks...)
+		c2, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		javaTimeout := "{" + name + "}:" + javaOwner + ":rwlock_timeout:1"
 		must(t, rdb.Do(ctx, rdb.B().Hset().Key(name).FieldValue().FieldValue("mode", "read").FieldValue(javaOwner, "1").Build()).Error())
-		must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
-		must(t, rdb.Do(ctx, rdb.B().Set().Key(javaTimeout).Value("1").PxMilliseconds(30000).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Pexpire().Key(name).Milliseconds(180000).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Set().Key(javaTimeout).Value("1").PxMilliseconds(180000).Build()).Error())
 
 		// A writer of another Client waits first, so that our reader waits behind its claim,
 		// and then our writer behind the Java reader: our reader is our oldest waiter.
@@ -916,15 +928,15 @@ func TestRWLockJavaReadReleaseWakesWriterBehindHeldBackReader(t *testing.T) {
 		firstDone := rwGo(func() error { return first.Lock(fctx) })
 		rwClaimed(t, rdb, name, first.Owner()+":write")
 		r, w := c.RWLock(name, Reentrant()), c.RWLock(name, Reentrant())
-		rctx := testCtx(t, 15*time.Second)
+		rctx := testCtx(t, 2*waitFor)
 		read := rwGo(func() error { return r.RLock(rctx) })
 		rwParked(t, c, name, 1)
-		wctx := testCtx(t, 5*time.Second)
+		wctx := testCtx(t, waitFor)
 		wrote := rwGo(func() error { return w.Lock(wctx) })
 		rwClaimed(t, rdb, name, first.Owner()+":write", w.Owner()+":write")
 		rwParked(t, c, name, 2)
 		cancel()
-		if err := rwResult(t, firstDone, 5*time.Second, "the first writer"); !errors.Is(err, context.Canceled) {
+		if err := rwResult(t, firstDone, waitFor, "the first writer"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("first writer: %v, want context.Canceled", err)
 		}
 		rwClaimed(t, rdb, name, w.Owner()+":write")
@@ -934,12 +946,12 @@ func TestRWLockJavaReadReleaseWakesWriterBehindHeldBackReader(t *testing.T) {
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name, javaTimeout).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(rwChannel(name)).Message("0").Build()).Error())
 		start := time.Now()
-		if err := rwResult(t, wrote, 10*time.Second, "our writer after the Java read release"); err != nil {
+		if err := rwResult(t, wrote, waitFor, "our writer after the Java read release"); err != nil {
 			t.Fatalf("our writer after the Java read release: %v after %v; the release's one wake-up "+
 				"went to the reader held back by its claim", err, time.Since(start).Round(time.Millisecond))
 		}
 		must(t, w.Unlock(ctx))
-		must(t, rwResult(t, read, 5*time.Second, "our reader after the writer"))
+		must(t, rwResult(t, read, waitFor, "our reader after the writer"))
 		must(t, r.RUnlock(ctx))
 		rwNoKeys(t, rdb, "after every release")
 	})

@@ -106,7 +106,7 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 		ctx := testCtx(t, 10*time.Second)
 		const name = "unknown-acquire"
 		proxy := redistest.NewProxy(t, b.Addr)
-		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(300*time.Millisecond))
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
 		warmCounters(t, c)
 		admin := b.Client(t)
 		s := c.Semaphore(name)

@@ -101,6 +101,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 func TestSemaphoreNeverOverLimit(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
 		ctx := testCtx(t, 2*time.Minute)
 		const name, limit, clients, workers, rounds = "sem-limit", 5, 4, 16, 8
 		var cs []*Client

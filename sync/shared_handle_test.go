@@ -49,6 +49,7 @@ func TestSharedHandleNeverOversells(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				cpuBound(t)
 				sellStock(t, b, "shared:"+kind.name, 3, 50, func(c *Client) func() mutex {
 					mu := kind.make(c, "shared:"+kind.name) // one handle for every buyer of the Client
 					return func() mutex { return mu }
@@ -243,13 +244,17 @@ func keys(t *testing.T, rdb rueidis.Client, pattern string) []string {
 func TestSharedHandleLostHoldIsReportedToBoth(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 20*time.Second)
 		c, admin := newClient(t, b.Addr)
 		const name = "mutex:lost"
 		mu := c.Lock(name)
-		must(t, mu.Lock(ctx, Lease(time.Second))) // G1, which pauses past its lease
+		// G1, which pauses past its lease: long enough to outlast its acquisition on a loaded
+		// machine (1 s did not under two CPU hogs).
+		const lease = 5 * time.Second
+		must(t, mu.Lock(ctx, Lease(lease)))
 		// Both by the handle's clock and by Redis's (miniredis' moves in ticks, and may be ahead).
-		eventually(t, 10*time.Second, "G1's lease ran out", func() bool { return !mu.Valid() && !exists(t, admin, name) })
+		eventually(t, lease+waitFor, "G1's lease ran out", func() bool { return !mu.Valid() && !exists(t, admin, name) })
 		must(t, mu.Lock(ctx)) // G2, through the same handle
 		if mu.Valid() {
 			t.Fatal("Valid after one of the handle's holds was lost: G1 would act on it")
@@ -271,16 +276,20 @@ func TestSharedHandleLostHoldIsReportedToBoth(t *testing.T) {
 func TestSharedRWLockRUnlockEndsTheShortestHold(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
 		ctx := testCtx(t, 20*time.Second)
 		c, _ := newClient(t, b.Addr)
 		other, _ := newClient(t, b.Addr)
 		const name = "shared:rw-leases"
 		rw := c.RWLock(name)
-		must(t, rw.RLock(ctx, Lease(time.Hour)))            // G1: a long read
-		must(t, rw.RLock(ctx, Lease(500*time.Millisecond))) // G2: a short one
-		must(t, rw.RUnlock(ctx))                            // G2 is done
+		// G2's lease is short, but outlasts its acquisition on a loaded machine (500 ms did
+		// not under two CPU hogs).
+		const short = 3 * time.Second
+		must(t, rw.RLock(ctx, Lease(time.Hour))) // G1: a long read
+		must(t, rw.RLock(ctx, Lease(short)))     // G2: a short one
+		must(t, rw.RUnlock(ctx))                 // G2 is done
 		// Past the short lease: had G1's hold been released, the short one would be gone too.
-		time.Sleep(1500 * time.Millisecond) // how long to wait, not a synchronisation
+		time.Sleep(short + time.Second) // how long to wait, not a synchronisation
 		if ok, err := other.RWLock(name).TryLock(ctx); ok || err != nil {
 			t.Fatalf("a writer took the lock while G1's one-hour read hold stands: %v, %v", ok, err)
 		}

@@ -85,8 +85,9 @@ func TestJoinedWaiterRechecksAtHolderTTL(t *testing.T) {
 		c, _ := newClient(t, b.Addr)
 		const name = "join:expiry"
 		// A waits long enough to be seen waiting and joined by B on a loaded machine, and
-		// leaves well before the lease expires.
-		const lease, aWait = 3 * time.Second, 1500 * time.Millisecond
+		// leaves well before the lease expires (seconds each: 3 s and 1.5 s left B joining
+		// after A had left under two CPU hogs and -race), far from the 30 s re-check.
+		const lease, aWait = 8 * time.Second, 4 * time.Second
 		if err := other.Lock(name).Lock(ctx, Lease(lease)); err != nil {
 			t.Fatal(err)
 		}
@@ -123,12 +124,13 @@ func TestJoinedWaiterBehindExpiringHolder(t *testing.T) {
 		ctx := testCtx(t, 30*time.Second)
 		c, _ := newClient(t, b.Addr)
 		const name = "join:expiry-chain"
-		// Long enough to outlast an acquisition on a loaded machine (300 ms was not).
-		const lease = 1500 * time.Millisecond
+		// Long enough to outlast an acquisition on a loaded machine (300 ms was not, and 1.5 s
+		// only just), twice of it still far from the 30 s re-check.
+		const lease = 4 * time.Second
 		if err := c.Lock(name).Lock(ctx, Lease(lease)); err != nil {
 			t.Fatal(err)
 		}
-		go c.Lock(name).Lock(ctx, Lease(lease)) // A: takes it at ~1.5 s, lets it expire at ~3 s
+		go c.Lock(name).Lock(ctx, Lease(lease)) // A: takes it at ~4 s, lets it expire at ~8 s
 		eventually(t, waitFor, "A waiting", func() bool { return c.mux.Waiters(waitChannel(c, name)) == 1 })
 		subscribed(t, c, waitChannel(c, name))
 		bctx, cancel := context.WithTimeout(ctx, 2*lease+7*time.Second) // not 30 s

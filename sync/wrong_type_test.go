@@ -19,7 +19,7 @@ func TestWrongTypeFromEveryMethod(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
-		c, rdb := newClient(t, b.Addr, WithRetryBudget(0))
+		c, rdb := newClient(t, b.Addr, WithRetryBudget(shortBudget))
 		set := func(key string) { must(t, rdb.Do(ctx, rdb.B().Set().Key(key).Value("abc").Build()).Error()) }
 		hash := func(key, field, value string) {
 			must(t, rdb.Do(ctx, rdb.B().Hset().Key(key).FieldValue().FieldValue(field, value).Build()).Error())

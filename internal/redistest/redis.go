@@ -105,7 +105,9 @@ func start(t testing.TB, args ...string) *redisProcess {
 // A Server is a real redis-server a test can crash or hang, started by RedisServer.
 type Server struct {
 	Backend
-	srv *redisProcess
+	t    testing.TB
+	srv  *redisProcess
+	tomb net.Listener // the killed server's port, kept (see Kill)
 }
 
 // RedisServer starts a fresh redis-server as Redis does, and returns it with the means to
@@ -113,12 +115,39 @@ type Server struct {
 func RedisServer(t testing.TB) *Server {
 	t.Helper()
 	srv := start(t)
-	return &Server{Backend: Backend{Name: NameRedis, Addr: srv.addr}, srv: srv}
+	return &Server{Backend: Backend{Name: NameRedis, Addr: srv.addr}, t: t, srv: srv}
 }
 
-// Kill kills the server at once, as a crash would: its connections are reset, and new ones
-// are refused.
-func (s *Server) Kill() { s.srv.stop() }
+// Kill kills the server at once, as a crash would: its connections are reset, and so is
+// every new one, at once, until the test ends. The port stays the dead server's meanwhile:
+// free, another server — of this test process or another, which take the ports the kernel
+// has free — could take it and answer in its place (a red lock once counted a killed master
+// as taken so, on a machine starting servers by the dozen).
+func (s *Server) Kill() {
+	s.t.Helper()
+	if s.tomb != nil {
+		return
+	}
+	s.srv.stop()
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		s.t.Fatalf("redistest: keep the killed server's port %s: %v (another process took it)", s.Addr, err)
+	}
+	s.tomb = ln
+	s.t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // reset, not a clean close
+			}
+			_ = c.Close()
+		}
+	}()
+}
 
 // Pause stops the server (SIGSTOP), as a hung host or process does: its connections stay
 // open and new ones are accepted by the kernel, but nothing is answered until Resume.

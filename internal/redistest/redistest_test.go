@@ -312,3 +312,34 @@ func TestStartReplica(t *testing.T) {
 		t.Fatalf("WAIT after the replica stopped: %d, want 0", n)
 	}
 }
+
+// A killed server answers nothing, and keeps its port until the test ends: no server started
+// meanwhile can take it and answer in its place.
+func TestKillKeepsThePort(t *testing.T) {
+	t.Parallel()
+	s := RedisServer(t)
+	c := ClientFor(t, s.Addr)
+	ctx := testContext(t)
+	if err := c.Do(ctx, c.B().Set().Key("k").Value("v").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := c.Do(short, c.B().Get().Key("k").Build()).Error(); err == nil {
+		t.Fatal("a killed server answered")
+	}
+	if l, err := net.Listen("tcp", s.Addr); err == nil {
+		l.Close()
+		t.Fatalf("the killed server's port %s could be taken", s.Addr)
+	}
+	path := redisServerPath(t)
+	port := s.Addr[strings.LastIndexByte(s.Addr, ':')+1:]
+	// It exits at once, the port taken; were it not, it is killed at the deadline.
+	cmd := exec.CommandContext(ctx, path, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "Address already in use") {
+		t.Fatalf("a redis-server started on the killed server's port: %s", out)
+	}
+	s.Kill() // again: nothing more
+}

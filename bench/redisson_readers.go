@@ -13,7 +13,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// redissonReadAcquire is Redisson's read lock acquire (REDISSON-LAYOUT §4.2). It knows
+// redissonReadAcquire is Redisson's read lock acquire (docs/redisson-interop.md). It knows
 // nothing of latchkey's writer claims ({N}:rwlock_writers): a reader enters whenever the
 // lock is in read mode. KEYS[1] the lock hash N, KEYS[2] the owner's timeout key prefix;
 // ARGV[1] lease ms, ARGV[2] owner, ARGV[3] owner:write. Reply: nil when acquired, else the
@@ -39,7 +39,7 @@ end
 return redis.call('pttl', KEYS[1])
 `
 
-// redissonReadRelease is Redisson's read lock unlock (REDISSON-LAYOUT §4.3) without the
+// redissonReadRelease is Redisson's read lock unlock (docs/redisson-interop.md) without the
 // unlock latch, which only makes a retried release safe. The lock's TTL becomes the longest
 // any read hold has left; freed, the hash is deleted and 0 published on the channel. KEYS[1]
 // the lock hash, KEYS[2] its channel, KEYS[3] the owner's timeout key prefix, KEYS[4] the

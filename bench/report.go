@@ -246,7 +246,7 @@ func rwMarkdown(b *strings.Builder, rows []rwRow, dur time.Duration) {
 		"and new readers (not re-entries) wait while a live claim exists, so the readers inside drain and the writer gets in. "+
 		"On 1 client, all %d goroutines take their handles (one each) from one dsync.Client; over %d clients, each has a client of its own, "+
 		"warmed up as in the contended scenarios. "+
-		"In the Redisson-style row the readers do what a Java Redisson client's do — its read acquire and release scripts (REDISSON-LAYOUT §4.2, §4.3, "+
+		"In the Redisson-style row the readers do what a Java Redisson client's do — its read acquire and release scripts (docs/redisson-interop.md, "+
 		"as EVALSHA through one rueidis client, woken by its subscription to `redisson_rwlock:{N}`) — and know nothing of the claim, "+
 		"while the writer is latchkey's: a mixed fleet, without writer preference. "+
 		"Wait: request to acquisition; a request the window's end cut off counts as a wait of at least as long (≥). "+

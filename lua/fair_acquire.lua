@@ -1,10 +1,11 @@
--- Fair lock acquire (Redisson RFairLock, REDISSON-LAYOUT §3.2–3.4), safe to repeat.
+-- Fair lock acquire (Redisson RFairLock; docs/redisson-interop.md), safe to repeat.
 -- KEYS[1] lock hash, KEYS[2] queue (list of waiting owners), KEYS[3] their deadlines (zset),
 -- KEYS[4] latchkey waiters' leases (hash, see hand_on);
 -- ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] the holds the owner knows it has,
 -- ARGV[4] wait ms (Redisson's threadWaitTime), ARGV[5] now (epoch ms),
 -- ARGV[6] 1 to take a place in the queue when the lock cannot be taken (the waiting form),
--- 0 not to (TryLock without waiting), ARGV[7] the wait's token (see hand_on).
+-- 0 not to (TryLock without waiting), ARGV[7] the wait's token (see hand_on; 0 for the
+-- non-waiting form).
 -- Reply: nil when acquired or re-entered (a lock granted to the owner is adopted);
 -- -3 when the owner knows it holds the lock but its field is gone (nothing changes);
 -- otherwise, for a waiter, the ms until the lock may come to it with no message: the

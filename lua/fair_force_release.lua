@@ -1,4 +1,4 @@
--- Fair lock force release, whoever holds the lock (Redisson RFairLock forceUnlock, §3.7).
+-- Fair lock force release, whoever holds the lock (Redisson RFairLock forceUnlock).
 -- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] latchkey waiters' leases,
 -- KEYS[5] the lock channel; ARGV[1] publish command, ARGV[2] now (epoch ms).
 -- Reply: 1 when a lock was deleted (and passed to the head waiter), 0 when there was none.

@@ -1,4 +1,4 @@
--- A fair lock waiter gives up its place (Redisson RFairLock acquireFailed, §3.5).
+-- A fair lock waiter gives up its place (Redisson RFairLock acquireFailed).
 -- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] latchkey waiters' leases,
 -- KEYS[5] the lock channel; ARGV[1] owner id, ARGV[2] publish command, ARGV[3] now (epoch
 -- ms).

@@ -1,4 +1,4 @@
--- Fair lock release (Redisson RFairLock unlock, §3.6, with the unlock latch, §1.6).
+-- Fair lock release (Redisson RFairLock unlock, with the unlock latch).
 -- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] latchkey waiters' leases,
 -- KEYS[5] the lock channel (a waiter's own channel is it plus ':' and the waiter's owner id),
 -- KEYS[6] the owner's unlock latch; ARGV[1] lease ms a partial release keeps at least,

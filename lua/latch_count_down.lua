@@ -1,4 +1,4 @@
--- Countdown latch countDown (Redisson RCountDownLatch, §6), numbered on the handle's latch
+-- Countdown latch countDown (Redisson RCountDownLatch), numbered on the handle's latch
 -- (a latchkey addition: Redisson's is not safe to repeat, so Java never retries it).
 -- KEYS[1] latch, KEYS[2] the handle's unlock latch;
 -- ARGV[1] request number, ARGV[2] latch PX ms, ARGV[3] publish command, ARGV[4] channel (see

@@ -1,4 +1,4 @@
--- Countdown latch delete (Redisson RCountDownLatch, §6), numbered on the handle's latch.
+-- Countdown latch delete (Redisson RCountDownLatch), numbered on the handle's latch.
 -- KEYS[1] latch, KEYS[2] the handle's unlock latch;
 -- ARGV[1] request number, ARGV[2] latch PX ms, ARGV[3] publish command, ARGV[4] channel (see
 -- latch_set).

@@ -1,4 +1,4 @@
--- Countdown latch trySetCount (Redisson RCountDownLatch, §6), numbered on the handle's latch.
+-- Countdown latch trySetCount (Redisson RCountDownLatch), numbered on the handle's latch.
 -- KEYS[1] latch, KEYS[2] the handle's unlock latch;
 -- ARGV[1] count, ARGV[2] request number, ARGV[3] latch PX ms, ARGV[4] publish command,
 -- ARGV[5] channel (not a key: a name with its own hash tag has its channel in another slot).

@@ -1,5 +1,8 @@
--- Helpers shared by the lock scripts; lua.go puts this file in front of each script that
--- uses them.
+-- Helpers shared by the scripts. Each script carries the helpers its body uses, and those
+-- they use, in this file's order, without the comments above them (helpers.go): so this file
+-- holds only `local function name(...)` declarations, each closed by an `end` in column 0,
+-- one-line `local name = value` constants, comments and blank lines, and a declaration comes
+-- after every helper it uses. Package lua's tests fail on a script that lacks a helper.
 
 -- wrong_type stops the script with the error latchkey reports as ErrWrongType: key holds a
 -- value the script cannot use. (A string error, not error_reply's table, which miniredis
@@ -36,7 +39,7 @@ local function extend(key, ms)
     end
 end
 
--- numbered runs a request numbered req on its owner's unlock latch (REDISSON-LAYOUT §1.6):
+-- numbered runs a request numbered req on its owner's unlock latch (docs/redisson-interop.md):
 -- run acts and returns the reply — nil, or a second value true, when it did not act (a
 -- release of nothing, an acquire that found too few permits); replay is what a repeat of a
 -- request that acted replies.
@@ -155,7 +158,7 @@ local function reenter(key, owner, holds, leaseMs)
     return true
 end
 
--- drop_stale removes the fair lock's head waiters whose deadline has passed (§3.2): queue is
+-- drop_stale removes the fair lock's head waiters whose deadline has passed: queue is
 -- the list of waiting owners, timeouts the zset of their deadlines, leases the hash of
 -- latchkey waiters' leases (see hand_on), now epoch ms. As in Redisson, the deadlines behind
 -- do not move: a Java waiter's is good only for the place it was set for. It returns the
@@ -215,7 +218,13 @@ end
 -- order); every waiting attempt registers its client anew, last. The client's waiters
 -- listen on a channel of its own, clients..':'..token. A release that frees the lock wakes
 -- the first-registered other client alone there, so that no message goes to every client,
--- and publishes 0 on Redisson's channel for Redisson's waiters.
+-- and publishes 00 on the lock channel for Redisson's waiters, which read it as 0.
+--
+-- One waiting client, the listener, whose token the key listener holds (lapsing with its
+-- registration unless renewed), also listens on the lock channel, for the releases only it
+-- carries (a Redisson holder's, a Java forceUnlock: 0) and which latchkey's own (00) do not
+-- repeat. A waiting attempt makes its client the listener if there is none; the listener
+-- hands the role to the first-registered other client when it has no waiter left.
 
 -- now_us is the server's clock in µs, as a string: a number passed to redis.call may be
 -- written with 14 significant digits (100 µs here).
@@ -231,20 +240,20 @@ local function wait_here(clients, token, ms)
     extend(clients, ms)
 end
 
--- foreign reports whether the holder of the plain lock key is not a latchkey client, whose
--- client IDs are version-8 UUIDs: such a holder (Redisson's) announces its release only on
--- the lock channel, where latchkey clients do not listen unless told to.
-local function foreign(key)
-    local holder = redis.call('hkeys', key)[1]
-    return not (holder and string.find(holder, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-8'))
+-- listen makes token's client the listener for ms if there is none, or keeps it so if it is,
+-- and reports whether it is.
+local function listen(listener, token, ms)
+    local current = redis.call('get', listener)
+    if current and current ~= token then
+        return false
+    end
+    redis.call('set', listener, token, 'px', ms)
+    return true
 end
 
--- wake_next announces that a plain lock is free: it wakes the live client whose
--- registration lapses first (the first-registered, among clients with one wait time)
--- on its own channel (its registration goes), then publishes 0 on the lock channel:
--- Redisson's waiters race that client, as Redisson's non-fair lock has them race, and so do
--- latchkey clients listening there.
-local function wake_next(clients, channel, publish)
+-- wake_client wakes the live client whose registration lapses first (the first-registered,
+-- among clients with one wait time) on its own channel; its registration goes.
+local function wake_client(clients, publish)
     if redis.call('exists', clients) == 1 then
         redis.call('zremrangebyscore', clients, '-inf', now_us(0))
         local next = redis.call('zrange', clients, 0, 0)[1]
@@ -253,10 +262,36 @@ local function wake_next(clients, channel, publish)
             redis.call(publish, clients .. ':' .. next, 0)
         end
     end
-    redis.call(publish, channel, 0)
 end
 
--- Permit-expirable semaphores (REDISSON-LAYOUT §5.2): the key holds the available permits,
+-- resign ends token's client's listening, if it is the listener: the role passes to the
+-- first live registered client, for ms, which is told 00 on its own channel (no waiter of its
+-- wakes for it).
+local function resign(listener, token, clients, publish, ms)
+    if redis.call('get', listener) ~= token then
+        return
+    end
+    redis.call('del', listener)
+    if redis.call('exists', clients) == 0 then
+        return
+    end
+    redis.call('zremrangebyscore', clients, '-inf', now_us(0))
+    local head = redis.call('zrange', clients, 0, 0)[1]
+    if head then
+        redis.call('set', listener, head, 'px', ms)
+        redis.call(publish, clients .. ':' .. head, '00')
+    end
+end
+
+-- wake_next announces that a plain lock is free: it wakes the next client (wake_client),
+-- then publishes 00 on the lock channel: Redisson's waiters race that client, as Redisson's
+-- non-fair lock has them race; the listener lets it pass.
+local function wake_next(clients, channel, publish)
+    wake_client(clients, publish)
+    redis.call(publish, channel, '00')
+end
+
+-- Permit-expirable semaphores (docs/redisson-interop.md): the key holds the available permits,
 -- the zset timeouts the acquired ones, each a raw 16-byte ID scored by its expiry (epoch ms,
 -- or no_expiry).
 local no_expiry = '922337203685477'

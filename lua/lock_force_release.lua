@@ -1,4 +1,4 @@
--- Force release, whoever holds the lock (Redisson RLock forceUnlock, §2.5).
+-- Force release, whoever holds the lock (Redisson RLock forceUnlock).
 -- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the zset of waiting clients; ARGV[1]
 -- publish command.
 -- Reply: 1 when a lock was deleted (and the next waiting client and Redisson's waiters told: see

@@ -1,7 +1,7 @@
--- Reentrant lock release (Redisson RLock unlock with unlock latch, §2.4 and §1.6), with an
+-- Reentrant lock release (Redisson RLock unlock with unlock latch), with an
 -- optional local hand-off (a latchkey addition that writes only Redisson's layout).
 -- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch key, KEYS[4] the
--- zset of waiting clients;
+-- zset of waiting clients, KEYS[5] the listener key;
 -- ARGV[1] lease ms a partial release keeps at least, ARGV[2] owner id, ARGV[3] publish
 -- command, ARGV[4] latch PX ms, ARGV[5] the holds the owner knows it has (this release drops
 -- one), ARGV[6] this release's request number (rising per owner), ARGV[7] the client's token,
@@ -14,7 +14,8 @@
 -- other client waits — and the next waiting client and Redisson's waiters told: see
 -- wake_next); 2 when handed to ARGV[10], which then holds it once with its own lease
 -- (nothing is published: the lock was never free; the client's registration goes if it has
--- no other waiter). Safe to repeat (see release).
+-- no other waiter). A client with no waiter left stops listening (see resign). Safe to
+-- repeat (see release).
 local freed = 1
 if ARGV[10] then
     freed = 2
@@ -30,6 +31,7 @@ return release(KEYS[1], KEYS[3], ARGV[4], ARGV[2], tonumber(ARGV[5]), tonumber(A
             -- release sees every waiter it has then.
             if ARGV[8] ~= '1' then
                 redis.call('zrem', KEYS[4], ARGV[7])
+                resign(KEYS[5], ARGV[7], KEYS[4], ARGV[3], tonumber(ARGV[9]))
             end
             return 2
         end
@@ -38,6 +40,8 @@ return release(KEYS[1], KEYS[3], ARGV[4], ARGV[2], tonumber(ARGV[5]), tonumber(A
         -- this hold dropped the earlier one).
         if ARGV[8] == '1' then
             wait_here(KEYS[4], ARGV[7], tonumber(ARGV[9])) -- its waiters' turn comes last
+        else
+            resign(KEYS[5], ARGV[7], KEYS[4], ARGV[3], tonumber(ARGV[9]))
         end
         wake_next(KEYS[4], KEYS[2], ARGV[3])
         return 1

@@ -1,4 +1,4 @@
--- Permit-expirable semaphore release (Redisson RPermitExpirableSemaphore release, §5.2),
+-- Permit-expirable semaphore release (Redisson RPermitExpirableSemaphore release),
 -- numbered on the handle's latch.
 -- KEYS[1] semaphore, KEYS[2] acquired permits (zset), KEYS[3] the handle's latch, KEYS[4]
 -- channel;

@@ -1,5 +1,5 @@
 -- Permit-expirable semaphore trySetPermits, setPermits and addPermits (Redisson
--- RPermitExpirableSemaphore, §5.2), numbered on the handle's latch.
+-- RPermitExpirableSemaphore), numbered on the handle's latch.
 -- KEYS[1] semaphore, KEYS[2] acquired permits (zset), KEYS[3] the handle's latch, KEYS[4]
 -- channel;
 -- ARGV[1] 'try', 'set' or 'add', ARGV[2] permits, ARGV[3] now (epoch ms), ARGV[4] request

@@ -1,5 +1,5 @@
 -- Permit-expirable semaphore reads and updateLeaseTime (Redisson RPermitExpirableSemaphore,
--- §5.2), each after reclaiming expired permits.
+-- docs/redisson-interop.md), each after reclaiming expired permits.
 -- KEYS[1] semaphore, KEYS[2] acquired permits (zset), KEYS[3] channel;
 -- ARGV[1] 'available', 'acquired', 'permits', 'lease' or 'update', ARGV[2] now (epoch ms),
 -- ARGV[3] publish command, ARGV[4] a permit's ID (hex; lease, update), ARGV[5] its new

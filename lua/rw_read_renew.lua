@@ -1,4 +1,4 @@
--- Batched renewal of read holds (Redisson's read lock renewal, §4.7).
+-- Batched renewal of read holds (Redisson's read lock renewal).
 -- KEYS in pairs: lock hash i, then owner i's timeout key prefix; ARGV[1] lease ms,
 -- ARGV[i+1] owner i. For every owner still holding reads (count c), its timeout keys 1..c
 -- and the lock get a TTL of at least the lease (a lease only grows).

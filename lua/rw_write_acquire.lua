@@ -1,4 +1,4 @@
--- Write lock acquire (Redisson RReadWriteLock write lock, §4.4), safe to repeat.
+-- Write lock acquire (Redisson RReadWriteLock write lock), safe to repeat.
 -- KEYS[1] lock hash, KEYS[2] the zset of waiting writers;
 -- ARGV[1] lease ms, ARGV[2] the owner's writer field (<owner>:write), ARGV[3] the write holds
 -- the owner knows it has, ARGV[4] now (epoch ms), ARGV[5] how long a waiting writer's claim

@@ -1,4 +1,4 @@
--- Write lock release (Redisson RReadWriteLock write unlock, §4.5, with the unlock latch).
+-- Write lock release (Redisson RReadWriteLock write unlock, with the unlock latch).
 -- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch, KEYS[4] the
 -- zset of waiting writers;
 -- ARGV[1] message (1: wake every waiter), ARGV[2] lease ms a partial release keeps at least,

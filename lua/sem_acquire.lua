@@ -1,4 +1,4 @@
--- Semaphore acquire (Redisson RSemaphore tryAcquire, §5.1), numbered on the handle's latch
+-- Semaphore acquire (Redisson RSemaphore tryAcquire), numbered on the handle's latch
 -- (a latchkey addition: Redisson's is not safe to repeat).
 -- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel;
 -- ARGV[1] permits, ARGV[2] request number, ARGV[3] latch PX ms, ARGV[4] 1 to cancel request
@@ -6,7 +6,7 @@
 -- Reply: the permits left after taking ARGV[1] (-1 from a repeat: not known), or, when fewer
 -- were available, {the permits available} (a missing key has none; nothing changes; nil
 -- from a repeat). A cancel gives back what the request took, if it ran and took, and
--- replies as cancel does. Safe to repeat.
+-- replies 1 if so, else 0. Safe to repeat.
 local n, req = tonumber(ARGV[1]), tonumber(ARGV[2])
 if ARGV[4] == '1' then
     return cancel(KEYS[2], ARGV[3], req, function()

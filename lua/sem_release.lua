@@ -1,4 +1,4 @@
--- Semaphore release and addPermits (Redisson RSemaphore, §5.1), numbered on the handle's
+-- Semaphore release and addPermits (Redisson RSemaphore), numbered on the handle's
 -- latch (a latchkey addition: Redisson's is not safe to repeat).
 -- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel;
 -- ARGV[1] permits to add (negative: taken away), ARGV[2] request number, ARGV[3] latch PX ms,

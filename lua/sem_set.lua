@@ -1,4 +1,4 @@
--- Semaphore trySetPermits, setPermits and drainPermits (Redisson RSemaphore, §5.1), numbered
+-- Semaphore trySetPermits, setPermits and drainPermits (Redisson RSemaphore), numbered
 -- on the handle's latch.
 -- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel;
 -- ARGV[1] 'try', 'set' or 'drain', ARGV[2] permits, ARGV[3] request number, ARGV[4] latch

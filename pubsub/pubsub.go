@@ -79,8 +79,9 @@ type Options struct {
 	Mode Mode
 	// Logger receives connection and subscription events; nil means no logging.
 	Logger *zap.Logger
-	// CommandTimeout bounds each SUBSCRIBE/UNSUBSCRIBE round trip; 0 means 5 s.
-	CommandTimeout time.Duration
+	// commandTimeout bounds each SUBSCRIBE/UNSUBSCRIBE round trip; 0 means 5 s (tests
+	// lengthen it).
+	commandTimeout time.Duration
 	// Linger keeps a channel subscribed that long after its last waiter left, so that a
 	// waiter coming back soon (a handle taking its lock in a loop) finds it subscribed: no
 	// SUBSCRIBE and UNSUBSCRIBE per wait, and no re-check for a message it could have missed
@@ -109,7 +110,7 @@ type Mux struct {
 	dead chan struct{} // closed when the Mux stops for good: Close, or the client closed
 	done chan struct{} // closed when the run loop has returned
 	// ctx is the parent of every command's context; Close cancels it, so that Close does not
-	// wait up to CommandTimeout for a command stuck on an unresponsive server.
+	// wait up to its command timeout for a command stuck on an unresponsive server.
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -124,6 +125,28 @@ type channel struct {
 	idle       time.Time // when its last waiter left
 	last       string    // the latest message's payload
 	messages   uint64    // messages received
+	to         string    // the channel whose waiters its messages wake too (see Forward)
+	from       string    // the channel forwarding to it, if any
+	cue        *cue      // a message that makes it forward another channel (see Cue)
+}
+
+// A cue is a payload on a channel that starts a forward to it (see Cue).
+type cue struct {
+	payload, from string
+	policy        Policy
+}
+
+// wanted reports whether ch must be subscribed: it has waiters, or forwards to a channel.
+func (ch *channel) wanted() bool { return len(ch.waiters) > 0 || ch.to != "" }
+
+// deleteLocked forgets ch, and a forward to it. Caller holds m.mu.
+func (m *Mux) deleteLocked(ch *channel) {
+	delete(m.channels, ch.name)
+	if f := m.channels[ch.from]; f != nil && f.to == ch.name {
+		f.to = ""
+		f.idle = time.Time{} // not to linger
+		m.markDirty(f.name)
+	}
 }
 
 // Waiter is one local waiter's registration on a channel.
@@ -141,7 +164,7 @@ func New(client rueidis.Client, opts Options) *Mux {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	timeout := opts.CommandTimeout
+	timeout := opts.commandTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
@@ -236,7 +259,7 @@ func (w *Waiter) First() bool {
 	return w.ch != nil && w.ch.waiters[0] == w
 }
 
-// Waiters returns how many local waiters name has: for diagnostics and tests.
+// Waiters returns how many local waiters name has.
 func (m *Mux) Waiters(name string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -302,12 +325,65 @@ func (w *Waiter) Hint(at time.Time) {
 	}
 }
 
-// Subscribed reports whether name's subscription is confirmed: for diagnostics and tests.
+// Subscribed reports whether name's subscription is confirmed.
 func (m *Mux) Subscribed(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ch := m.channels[name]
 	return ch != nil && ch.subscribed
+}
+
+// Forward subscribes from, and has each message on it wake waiters of to, as many as policy
+// says, until Unforward (or until to has no waiters left and is left itself): for waiters that
+// must also hear a channel that carries news for them only now and then, without each of
+// them registering on it. A message published on from before the subscription is confirmed
+// is not heard. A channel forwards to one channel at most, the latest named.
+func (m *Mux) Forward(from, to string, policy Policy) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return m.err
+	}
+	m.forwardLocked(from, to, policy)
+	return nil
+}
+
+// forwardLocked is Forward. Caller holds m.mu.
+func (m *Mux) forwardLocked(from, to string, policy Policy) {
+	ch := m.channels[from]
+	if ch == nil {
+		ch = &channel{name: from, policy: policy}
+		m.channels[from] = ch
+	}
+	if t := m.channels[to]; t != nil && ch.to != to {
+		ch.to, t.from = to, from
+		if !ch.subscribed {
+			m.markDirty(from)
+		}
+	}
+}
+
+// Cue has a message on to whose payload is payload start Forward(from, to, policy), waking
+// no waiter: how Redis tells a channel's waiters to listen to another from now on. The cue
+// lasts as long as to's waiters.
+func (m *Mux) Cue(to, payload, from string, policy Policy) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch := m.channels[to]; ch != nil && ch.cue == nil {
+		ch.cue = &cue{payload: payload, from: from, policy: policy}
+	}
+}
+
+// Unforward ends from's forward (see Forward); without waiters of its own, from is left at
+// once.
+func (m *Mux) Unforward(from string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch := m.channels[from]; ch != nil && ch.to != "" {
+		ch.to = ""
+		ch.idle = time.Time{}
+		m.markDirty(from)
+	}
 }
 
 // C is signalled (capacity one, so signals coalesce) when the waiter should re-check.
@@ -455,11 +531,20 @@ func (m *Mux) clientClosed(err error) bool {
 func (m *Mux) onMessage(msg rueidis.PubSubMessage) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ch := m.channels[msg.Channel]; ch != nil && ch.subscribed {
+	// Also while its SUBSCRIBE is on its way back: the server sends the confirmation first, but
+	// rueidis may hand over a message before the reply that confirms.
+	if ch := m.channels[msg.Channel]; ch != nil {
+		if c := ch.cue; c != nil && msg.Message == c.payload {
+			m.forwardLocked(c.from, ch.name, c.policy)
+			return
+		}
 		n := ch.policy(msg.Message)
 		ch.last = msg.Message
 		ch.messages++
 		wakeN(ch, n)
+		if t := m.channels[ch.to]; t != nil && ch.to != "" {
+			wakeN(t, n)
+		}
 	}
 }
 
@@ -471,7 +556,7 @@ func (m *Mux) onSubscription(s rueidis.PubSubSubscription) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ch := m.channels[s.Channel]; ch != nil && ch.subscribed && len(ch.waiters) > 0 {
+	if ch := m.channels[s.Channel]; ch != nil && ch.subscribed && ch.wanted() {
 		ch.subscribed = false
 		m.markDirty(s.Channel)
 	}
@@ -610,18 +695,19 @@ func (m *Mux) sync(c **conn) error {
 		ch := m.channels[name]
 		switch {
 		case ch == nil:
-		case len(ch.waiters) > 0 && !ch.subscribed:
+		case ch.wanted() && !ch.subscribed:
 			join = append(join, name)
-		case len(ch.waiters) == 0 && ch.subscribed && now.Sub(ch.idle) < m.linger:
+		case ch.wanted():
+		case ch.subscribed && now.Sub(ch.idle) < m.linger:
 			// lingering: stays dirty, to be left when due
 			if due := ch.idle.Add(m.linger); m.next.IsZero() || due.Before(m.next) {
 				m.next = due
 			}
 			continue
-		case len(ch.waiters) == 0 && ch.subscribed:
+		case ch.subscribed:
 			leave = append(leave, name)
-		case len(ch.waiters) == 0:
-			delete(m.channels, name)
+		default:
+			m.deleteLocked(ch)
 		}
 		delete(m.dirty, name)
 	}
@@ -646,8 +732,8 @@ func (m *Mux) sync(c **conn) error {
 		for _, name := range leave[:n] {
 			if ch := m.channels[name]; ch != nil {
 				ch.subscribed = false
-				if len(ch.waiters) == 0 {
-					delete(m.channels, name)
+				if !ch.wanted() {
+					m.deleteLocked(ch)
 				} else {
 					m.markDirty(name) // re-joined while we were leaving
 				}
@@ -667,7 +753,7 @@ func (m *Mux) sync(c **conn) error {
 			if ch := m.channels[name]; ch != nil {
 				ch.subscribed = true
 				wakeN(ch, All)
-				if len(ch.waiters) == 0 {
+				if !ch.wanted() {
 					m.markDirty(name) // everyone left while we were joining
 				}
 			}

@@ -701,14 +701,14 @@ func (f *freezer) freeze(on bool) {
 	}
 }
 
-// TestCloseWhileServerUnresponsive checks that Close does not wait out CommandTimeout for a
+// TestCloseWhileServerUnresponsive checks that Close does not wait out the command timeout for a
 // SUBSCRIBE the server never answers. (rueidis itself gives a silent connection up to 1 s
 // to close gracefully.)
 func TestCloseWhileServerUnresponsive(t *testing.T) {
 	b := redistest.Miniredis(t)
 	fz := newFreezer(t, b.Addr)
 	core, logs := observer.New(zapcore.DebugLevel)
-	m := New(redistest.ClientFor(t, fz.addr()), Options{CommandTimeout: time.Minute, Logger: zap.New(core)})
+	m := New(redistest.ClientFor(t, fz.addr()), Options{commandTimeout: time.Minute, Logger: zap.New(core)})
 	w := subscribe(t, m, "warm", LockPolicy)
 	waitSignal(t, w, "confirmation")
 
@@ -994,5 +994,50 @@ func TestLingerKeepsChannelSubscribed(t *testing.T) {
 			t.Fatal("Listen after the linger reported the channel ready")
 		}
 		waitSignal(t, again, "confirmation after the linger")
+	})
+}
+
+// A forward has one channel's messages wake another's waiters, by its own policy, while it
+// lasts: started by Forward or by a cue on the waiters' channel (which wakes nobody), ended
+// by Unforward, which leaves the channel at once, or by the waiters' channel being left.
+func TestForward(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		pub := b.Client(t)
+		m := newMux(t, b.Client(t), Options{})
+		s := newSentinel(t, m, pub)
+		ws := subscribeN(t, m, "mine", LockPolicy, 2)
+
+		if err := m.Forward("shared", "mine", LockPolicy); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the forwarded channel subscribed", func() bool { return m.Subscribed("shared") })
+		publish(t, pub, "shared", "0")
+		s.flush(t)
+		wantSignalled(t, `"0" on the forwarded channel`, ws, 0)
+		publish(t, pub, "shared", "00")
+		s.flush(t)
+		wantSignalled(t, `"00" on the forwarded channel`, ws)
+
+		m.Unforward("shared")
+		waitNumsub(t, pub, "shared", 0)
+		publish(t, pub, "shared", "0")
+		s.flush(t)
+		wantSignalled(t, "a message after Unforward", ws)
+
+		m.Cue("mine", "00", "shared", LockPolicy)
+		publish(t, pub, "mine", "00")
+		s.flush(t)
+		wantSignalled(t, "the cue", ws)
+		eventually(t, "the cued channel subscribed", func() bool { return m.Subscribed("shared") })
+		publish(t, pub, "shared", "1")
+		s.flush(t)
+		wantSignalled(t, `"1" on the channel the cue forwarded`, ws, 0, 1)
+
+		for _, w := range ws {
+			w.Close()
+		}
+		waitNumsub(t, pub, "mine", 0)
+		waitNumsub(t, pub, "shared", 0)
+		eventually(t, "both channels forgotten", func() bool { return channelCount(m) == 1 }) // the sentinel's left
 	})
 }

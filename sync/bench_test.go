@@ -53,9 +53,11 @@ func BenchmarkLockUnlock(b *testing.B) {
 
 // BenchmarkLockUnlockParallel runs Lock+Unlock from many goroutines, each on its own lock,
 // through one Client: rueidis pipelines the scripts of all of them on one connection.
+// Its context can be cancelled, as a request's is.
 func BenchmarkLockUnlockParallel(b *testing.B) {
 	c := benchClient(b)
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(8)

@@ -53,170 +53,6 @@ func (m PubSubMode) String() string {
 	return "PubSubMode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// Option configures a Client.
-type Option func(*config) error
-
-type config struct {
-	watchdogTimeout time.Duration
-	log             *zap.Logger
-	id              string
-	mode            PubSubMode
-	maxHandoff      int
-	retryBudget     time.Duration
-	fairWait        time.Duration // 0: the watchdog timeout
-	replicas        int
-	replicaWait     time.Duration
-}
-
-// WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog
-// renews it every timeout/3 while the lock is held. Default 30 s. It must be at least 3 ms
-// and is truncated to whole milliseconds, as Redis keeps it.
-func WithWatchdogTimeout(timeout time.Duration) Option {
-	return func(c *config) error {
-		if timeout < 3*time.Millisecond {
-			return invalid("watchdog timeout", "must be >= 3ms, got %v", timeout)
-		}
-		c.watchdogTimeout = timeout.Truncate(time.Millisecond)
-		return nil
-	}
-}
-
-// WithLogger sets the logger for lost leases, failed renewals and pub/sub reconnects.
-// Default: no logging.
-func WithLogger(log *zap.Logger) Option {
-	return func(c *config) error {
-		if log == nil {
-			return invalid("logger", "must not be nil")
-		}
-		c.log = log
-		return nil
-	}
-}
-
-// WithClientID sets the client UUID that prefixes every owner ID this Client makes
-// ("<uuid>:<n>", Redisson's "<uuid>:<threadId>"). Two live Clients must never share one, or
-// their handles would be the same owners. Default: a random version-8 UUID, which is how
-// other Clients tell a latchkey holder of a plain lock from a Redisson one, whose release
-// they can hear only on Redisson's shared channel. Any UUID works, but while a Client with
-// another version holds a plain lock, the waiting Clients listen on that channel too, and
-// each release message costs Redis a write to every one of them.
-func WithClientID(id string) Option {
-	return func(c *config) error {
-		u, err := uuid.Parse(id)
-		if err != nil || len(id) != 36 {
-			return invalid("client ID", "must be a UUID in 8-4-4-4-12 form, got %q", id)
-		}
-		c.id = u.String()
-		return nil
-	}
-}
-
-// WithPubSubMode selects plain or sharded pub/sub. Default PubSubPlain. New refuses
-// PubSubSharded on a Cluster client (see PubSubSharded).
-func WithPubSubMode(mode PubSubMode) Option {
-	return func(c *config) error {
-		if mode != PubSubPlain && mode != PubSubSharded {
-			return invalid("pub/sub mode", "must be PubSubPlain or PubSubSharded, got %v", mode)
-		}
-		c.mode = mode
-		return nil
-	}
-}
-
-// DefaultRetryBudget is how long a request is repeated while its reply is lost or Redis says
-// it did not run it (see WithRetryBudget).
-const DefaultRetryBudget = 10 * time.Second
-
-// WithRetryBudget sets how long a request is repeated, with backoff from 20 ms to 1 s, while
-// its reply is lost to the network or Redis refuses it without running it (LOADING, BUSY,
-// TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY). Every request is safe to repeat. A request
-// still without a reply after it fails with ErrOutcomeUnknown (a read: with the network's
-// error). Acquisitions also stop repeating when their context ends; releases do not. It also
-// bounds every call whose context has no deadline while Redis is unreachable or hangs: no
-// request is awaited longer than the budget (at least two seconds) and 25 ms. Default
-// DefaultRetryBudget; it must not be negative (0: one try).
-func WithRetryBudget(budget time.Duration) Option {
-	return func(c *config) error {
-		if budget < 0 {
-			return invalid("retry budget", "must be >= 0, got %v", budget)
-		}
-		c.retryBudget = budget
-		return nil
-	}
-}
-
-// WithFairLockWaitTimeout sets how long a fair lock waiter's place in the queue outlives
-// its last attempt (Redisson's fairLockWaitTimeout): a waiter attempts again at least every
-// third of it, and a place whose waiter stopped lapses when it reaches the head and its time
-// is up. A waiting writer's claim on an RWLock, and a Client's registration as a waiter of a
-// Lock, lapse the same way, and so Lock waiters re-check at least every third of it too. Default: the watchdog timeout. Processes sharing a fair lock should all use the
-// same value (Redisson's default is 5 minutes; see docs/redisson-interop.md). It must be at
-// least 3 ms and is truncated to whole milliseconds.
-func WithFairLockWaitTimeout(wait time.Duration) Option {
-	return func(c *config) error {
-		if wait < 3*time.Millisecond {
-			return invalid("fair lock wait timeout", "must be >= 3ms, got %v", wait)
-		}
-		c.fairWait = wait.Truncate(time.Millisecond)
-		return nil
-	}
-}
-
-// WithSyncReplicas makes every change wait until n replicas have it (Redis WAIT, sent on the
-// same connection right after the script, as Redisson's synced eval does), at most timeout
-// each time, so that a failover to a replica cannot undo an acquisition the caller was told
-// of. A change that fewer replicas confirmed fails with an error wrapping ErrNotReplicated:
-//
-//   - an acquisition (Lock, TryLock, RLock, a semaphore's Acquire…) is given back, with its
-//     own release, before the call returns; a waiting one stops waiting;
-//   - a release, or any other change, stands on the master (it is not repeated);
-//   - a watchdog renewal does not count: the lease is not extended, the renewal is tried
-//     again, and Lost closes if the lease runs out unconfirmed.
-//
-// Holds are then only ever taken by their owners' own scripts: no local hand-off, and a fair
-// lock's grant is confirmed by the waiter's own attempt. Each change costs the replicas'
-// acknowledgement, and up to timeout while one is missing; an unconfirmed acquisition costs
-// up to twice timeout (its release waits too). Default 0: no waiting. n must be >= 0 and
-// timeout at least 1 ms (WAIT's 0 would wait for ever).
-func WithSyncReplicas(n int, timeout time.Duration) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return invalid("replicas", "must be >= 0, got %d", n)
-		}
-		if timeout < time.Millisecond {
-			return invalid("replica timeout", "must be >= 1ms, got %v", timeout)
-		}
-		c.replicas, c.replicaWait = n, timeout.Truncate(time.Millisecond)
-		return nil
-	}
-}
-
-// DefaultLocalHandoff is how many times in a row a lock may be handed from one local handle
-// to the next before it is freed for every Client to race for (see WithLocalHandoff).
-const DefaultLocalHandoff = 8
-
-// WithLocalHandoff bounds local hand-off. When a handle releases a lock that other handles of
-// the same Client are waiting for, its release script hands the lock straight to the one that
-// has waited longest: one round trip, no message, no race. Handles of one Client are served
-// in arrival order. The heir's Lock returns when the release's reply comes; should Redis not
-// have recorded the hand-off, the heir attempts itself.
-//
-// Other Clients and Java processes are woken only when the lock is freed, so a Client that
-// always handed its lock on would starve them. After max consecutive hand-offs the release
-// frees the lock and publishes, and all waiters race for it as they would without hand-off:
-// a waiter elsewhere gets its chance at least once every max+1 releases instead of at every
-// one (each chance is a race, as with Redisson's non-fair lock). 0 disables hand-off; default
-// DefaultLocalHandoff.
-func WithLocalHandoff(max int) Option {
-	return func(c *config) error {
-		if max < 0 {
-			return invalid("local hand-off", "must be >= 0, got %d", max)
-		}
-		c.maxHandoff = max
-		return nil
-	}
-}
-
 // Client makes lock handles and runs what they share: the pub/sub connection, the watchdog
 // and the unlock-latch janitor. It is safe for concurrent use.
 type Client struct {
@@ -250,8 +86,8 @@ type Client struct {
 
 	heirs heirs // local waiters a release may hand its lock to
 
-	lockOwners  lender[*owner]     // idle owners of lock handles (see lender)
-	holders     registry[*owner]   // owners holding something (see Shutdown)
+	lockOwners  lender[*holder]    // idle owners of lock handles (see lender)
+	holders     registry[*holder]  // owners holding something (see Shutdown)
 	permitsHeld registry[*Permits] // PermitSemaphore acquisitions not yet released
 	shut        chan struct{}      // closed when Shutdown or Close begins: no more acquisitions
 	shutOnce    gosync.Once
@@ -272,7 +108,8 @@ type Client struct {
 	owners    atomic.Int64
 	waits     atomic.Uint64 // fair waits, numbered for their tokens
 	requests  atomic.Uint64
-	reqPrefix string // 16 random hex characters, the first half of every unlock request ID
+	window    atomic.Pointer[sendWindow] // the latest sends' shared end (see sendContext)
+	reqPrefix string                     // 16 random hex characters, the first half of every unlock request ID
 	closed    chan struct{}
 	closeOnce gosync.Once
 }
@@ -307,7 +144,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, invalid("pub/sub mode", "%v is not supported on a Cluster client yet; use PubSubPlain", cfg.mode)
 	}
 	if cfg.id == "" {
-		cfg.id = newClientID()
+		cfg.id = uuid.NewString()
 	}
 	if cfg.fairWait == 0 {
 		cfg.fairWait = cfg.watchdogTimeout
@@ -359,14 +196,6 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	c.mux = pubsub.New(rdb, pubsub.Options{Mode: mode, Logger: cfg.log, Linger: subscriptionLinger})
 	c.janitor = newJanitor(rdb, cfg.log)
 	return c, nil
-}
-
-// newClientID returns a random version-8 UUID (RFC 9562's version for custom layouts;
-// Redisson's IDs are version 4).
-func newClientID() string {
-	u := uuid.New()
-	u[6] = u[6]&0x0f | 0x80
-	return u.String()
 }
 
 // ID returns the client UUID that prefixes this Client's owner IDs.
@@ -472,7 +301,7 @@ func (c *Client) renewer(s *lua.Script, keys func(watchdog.Batch) []string, now 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, confirmed := c.run(ctx, s, e.Keys, e.Args)
+				res, confirmed := (&scriptCall{c, s, e.Keys, e.Args}).send(ctx)
 				out[i] = c.renewed(res, confirmed)
 			}()
 		}
@@ -497,24 +326,4 @@ func (c *Client) renewed(res rueidis.RedisResult, confirmed int64) watchdog.Resu
 		held[j] = v == 1
 	}
 	return watchdog.Result{Held: held}
-}
-
-// readKeys are a batch of read holds' keys for lua.ReadRenew: each lock with its owner's
-// timeout key prefix.
-func readKeys(b watchdog.Batch) []string {
-	keys := make([]string, 0, 2*len(b.Keys))
-	for i, k := range b.Keys {
-		keys = append(keys, k, readTimeouts(k, b.Owners[i]))
-	}
-	return keys
-}
-
-// permitKeys are a batch of permit acquisitions' keys for lua.PermitRenew: each
-// semaphore's zset of acquired permits.
-func permitKeys(b watchdog.Batch) []string {
-	keys := make([]string, len(b.Keys))
-	for i, k := range b.Keys {
-		keys[i] = suffixName(k, "timeout")
-	}
-	return keys
 }

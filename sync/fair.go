@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
 	"github.com/redis/rueidis"
 )
 
@@ -45,7 +46,8 @@ type FairLock struct{ exclusive }
 // makes no network call; an empty name or a bad option is reported by the handle's methods.
 func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 	l := &FairLock{}
-	l.init(c, name, "fair", &fairKeys{
+	l.init(c, name, "fair lock", &fairLock{
+		channel:  prefixName(lockChannelPrefix, name),
 		queue:    prefixName("redisson_lock_queue", name),
 		timeouts: prefixName("redisson_lock_timeout", name),
 		leases:   suffixName(name, "fair_leases"),
@@ -53,26 +55,69 @@ func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 	return l
 }
 
-// fairKeys are a fair lock's keys besides its hash: the queue of waiting owners, the zset
-// of their deadlines, and the hash of latchkey waiters' leases, which lets a release grant a
-// waiter the lock.
-type fairKeys struct{ queue, timeouts, leases string }
+// fairLock is FairLock's variant: its keys besides the hash are the queue of waiting owners,
+// the zset of their deadlines, and the hash of latchkey waiters' leases, which lets a release
+// grant a waiter the lock.
+type fairLock struct{ channel, queue, timeouts, leases string }
 
 // keys are the fair lock's keys, then more.
-func (l *exclusive) keys(more ...string) []string {
-	f := l.fair
-	return append([]string{l.o.name, f.queue, f.timeouts, f.leases}, more...)
+func (f *fairLock) keys(o *holder, more ...string) []string {
+	return append([]string{o.name, f.queue, f.timeouts, f.leases}, more...)
 }
 
-// leave takes the owner's place out of the queue after a wait that did not end in the lock,
+// wakeCh is the waiter's own channel: a release may grant it the lock (the token of its
+// latest attempt) rather than tell it to attempt (0).
+func (f *fairLock) wakeCh(o *holder) string { return f.channel + ":" + o.id }
+
+// prepare: a fair lock's waiters never join (Redis keeps the order), and a grant for an
+// earlier attempt is stale: the lock it gave may have lapsed, and gone to another, since.
+func (f *fairLock) prepare(a *lockAttempt, w *wait) {
+	w.join, w.policy = false, pubsub.AllPolicy
+	w.granted = func(msg string) (bool, error, bool) {
+		if msg != a.token {
+			return false, nil, false
+		}
+		return a.o.takeGrant(a.lease, &a.out)
+	}
+}
+
+// request takes the lock, or takes or keeps the waiter's place in the queue, with a token
+// of its own: the message with which a release grants this attempt the lock.
+func (f *fairLock) request(o *holder, leaseMs string, a *lockAttempt) (script, int) {
+	token := "0"
+	if a != nil {
+		a.token = o.c.newToken()
+		token = a.token
+	}
+	return script{lua.FairAcquire, f.keys(o), []string{leaseMs, o.id, "", o.c.fairWaitMs, nowMs(), flag(a != nil), token}}, 2
+}
+
+// replied tells a waiter to attempt again within a third of its place's wait time.
+func (f *fairLock) replied(o *holder, _ *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error) {
+	return o.c.keepAlive(ttl), ok, err
+}
+
+func (f *fairLock) release(o *holder, holds int, latch, n string) script {
+	return script{lua.FairRelease, f.keys(o, f.channel, latch),
+		[]string{strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs()}}
+}
+
+func (f *fairLock) unlock(ctx context.Context, o *holder) error { return releaseOne(ctx, o, f) }
+
+func (f *fairLock) forceRelease(o *holder) script {
+	return script{lua.FairForceRelease, f.keys(o, f.channel), []string{o.c.publishCmd, nowMs()}}
+}
+
+// left takes the owner's place out of the queue after a wait that did not end in the lock,
 // in the background (see owner.withdraw), awaited until until at most, and reports whether
 // a release granted the owner the lock meanwhile: the wait then takes it (as a local
 // hand-off's heir does when its context ends), since the leave cannot hand it back safely —
 // a late run of a leave that released the owner's hold could release a hold the owner took
 // since. A grant the leave finds once the caller has stopped waiting is given back
 // (giveBack), as is one that cannot be kept (WithSyncReplicas, a closed Client).
-func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration, until time.Time) (bool, error) {
-	return o.withdraw(ctx, until, script{lua.FairLeave, l.keys(l.channel), []string{o.id, o.c.publishCmd, nowMs()}},
+func (f *fairLock) left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error) {
+	o := a.o
+	return o.withdraw(ctx, until, script{lua.FairLeave, f.keys(o, f.channel), []string{o.id, o.c.publishCmd, nowMs()}},
 		func(msg rueidis.RedisMessage, late bool) (bool, error) {
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
 				return false, nil
@@ -83,19 +128,9 @@ func (l *exclusive) leave(ctx context.Context, o *owner, lease time.Duration, un
 				// Client closed since, whose hold nobody would renew or release: it goes back.
 				return false, o.giveBack(ctx, 1)
 			}
-			err := o.took(o.sent, lease, 0)
+			err := o.took(a.out.sent, a.lease, 0)
 			return err == nil, err
 		}, nil)
-}
-
-// keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts
-// again within a third of the fair wait time: a place in a fair lock's queue, or a waiting
-// writer's claim, lapses a wait time after its last attempt.
-func (c *Client) keepAlive(ttl int64) int64 {
-	if every := c.fairWait.Milliseconds() / 3; ttl < 0 || ttl > every {
-		return every
-	}
-	return ttl
 }
 
 // newToken returns a token for one waiting acquisition of a fair lock: the message with
@@ -104,32 +139,21 @@ func (c *Client) keepAlive(ttl int64) int64 {
 func (c *Client) newToken() string { return strconv.FormatUint(c.waits.Add(1)+1, 10) }
 
 // takeGrant records the hold of a waiter granted the lock, if the owner has made no request
-// since the attempt that asked for it (requests): the grant came after that attempt, and
+// since the attempt that asked for it (whose outcome is attempt): the grant came after that attempt, and
 // nothing of the owner's since can have taken or released it, so the hold is there, timed
 // from that attempt. Otherwise — or if the lease, so timed, has less than half left — it
 // reports the grant not taken, and the waiter attempts, which adopts and renews whatever
 // hold of its owner's is there.
-func (o *owner) takeGrant(lease time.Duration, requests uint64) (ok bool, err error, taken bool) {
+func (o *holder) takeGrant(lease time.Duration, attempt *acquireOut) (ok bool, err error, taken bool) {
 	_ = o.lock(context.Background())
 	defer o.unlock()
+	requests, sent := attempt.requests, attempt.sent
 	ttl := o.c.leaseOr(lease)
 	// With WithSyncReplicas, only the owner's own script can have its hold confirmed; once
 	// the Client is closed, the wait's leave gives the grant back.
-	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || o.c.closing() || time.Until(o.sent.Add(ttl)) < ttl/2 {
+	if o.requests != requests || o.count != 0 || o.unsure || o.c.replicas > 0 || o.c.closing() || time.Until(sent.Add(ttl)) < ttl/2 {
 		return false, nil, false
 	}
-	err = o.took(o.sent, lease, 0)
+	err = o.took(sent, lease, 0)
 	return err == nil, err, true
-}
-
-// nowMs is the wall clock in epoch ms, as Redisson's fair lock scripts take it: processes
-// sharing a fair lock must keep their clocks in sync.
-func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
-
-// flag is a boolean as a script argument.
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }

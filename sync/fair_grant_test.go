@@ -225,7 +225,7 @@ func TestFairGrantJavaHeadGetsZero(t *testing.T) {
 			t.Fatalf("the latchkey waiter behind made %d attempts, %d before the release", n, before)
 		}
 
-		// The Java waiter attempts and takes the free lock at the head (Redisson §3.2)...
+		// The Java waiter attempts and takes the free lock at the head, as Redisson's acquire does...
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Lpop().Key(fairQueueKey(name)).Build() })
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
 			return b.Zrem().Key(fairTimeoutKey(name)).Member(fairJavaOwner).Build()
@@ -234,7 +234,7 @@ func TestFairGrantJavaHeadGetsZero(t *testing.T) {
 			return b.Hset().Key(name).FieldValue().FieldValue(fairJavaOwner, "1").Build()
 		})
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(180000).Build() })
-		// ...and releases it (§3.6): DEL, "0" on the next head's channel.
+		// ...and releases it: DEL, "0" on the next head's channel.
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(name).Build() })
 		released := time.Now()
 		if n := mustInt(t, admin.Do(ctx, admin.B().Publish().Channel(fairOwnChannel(w)).Message("0").Build())); n != 2 {
@@ -656,10 +656,10 @@ func commandCalls(t *testing.T, rdb rueidis.Client, cmd string) int64 {
 	return 0
 }
 
-// Regression: a grant's message, held back, reaching a later wait of the same handle must
-// not be taken for a grant of that wait (it was, when every grant was the message "2": Lock
-// returned nil while another handle held the lock). Grants carry the wait's token now. The
-// proxy holds the message back to make the order certain.
+// A grant's message, held back, reaching a later wait of the same handle is not taken for a
+// grant of that wait (Lock would return nil while another handle holds the lock): a grant
+// carries the token of the wait it answers. The proxy holds the message back to make the
+// order certain.
 func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -725,8 +725,8 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 	})
 }
 
-// Regression (the one above, with no proxy): a wait cancelled as the release grants it the lock,
-// and the handle's next Lock at once while another handle holds the lock. The grant's "2"
+// The test above with no proxy: a wait cancelled as the release grants it the lock, and the
+// handle's next Lock at once while another handle holds the lock. The grant's message
 // reaches the Client's subscriber connection a little after the command connection's
 // replies; on a loopback redis-server it lands in the next wait, which returns nil, within
 // a few dozen rounds. (miniredis delivers it before its reply: that half shows nothing.) Up
@@ -795,12 +795,12 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 	})
 }
 
-// Regression: two goroutines sharing a handle wait on its one place and its one channel. A
-// release grants the handle; one goroutine's wait ends (its context). A leave that released
-// the grant and handed the lock on let the other goroutine take the grant's message and hold
-// the lock beside the waiter it went to. Now the leave takes the grant for the handle, the
-// other goroutine re-enters, and the waiter behind waits for the handle's releases. The
-// proxy holds the message back to make the order certain.
+// Two goroutines sharing a handle wait on its one place and its one channel. A release
+// grants the handle; one goroutine's wait ends (its context). The leave takes the grant for
+// the handle (were it to release the grant and hand the lock on, the other goroutine could
+// take the grant's message and hold the lock beside the waiter it went to), the other
+// goroutine re-enters, and the waiter behind waits for the handle's releases. The proxy
+// holds the message back to make the order certain.
 func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -860,10 +860,10 @@ func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 	})
 }
 
-// Regression: the leave script hands a free lock on without dropping stale heads first (every other
-// script does): a dead latchkey waiter whose place has lapsed but which no script has dropped
-// yet is granted the lock, and holds it for its whole lease — past the "one wait" a crashed
-// waiter may cost — while the live waiters behind wait. Here the dead waiter's place is
+// The leave script drops stale heads before it hands a free lock on, as every other fair
+// script does. Were it not to, a dead latchkey waiter whose place has lapsed but which no
+// script has dropped yet would be granted the lock, and hold it for its whole lease — past
+// the "one wait" a crashed waiter may cost — while the live waiters behind wait. Here the dead waiter's place is
 // written as a latchkey waiter's attempt leaves it, and its lapse by moving its deadline
 // into the past (standing for the time in which nobody attempted: the lock's holder died
 // too, and the waiter behind leaves before its next re-check).
@@ -1074,5 +1074,139 @@ func TestFairGrantOfAnEarlierAttemptIsStale(t *testing.T) {
 			t.Fatal(err)
 		}
 		must(t, w.Unlock(ctx))
+	})
+}
+
+// A goroutine of a shared handle adopts the grant (TryLock), releases it (the lock goes to x);
+// the held-back grant message then reaches the still-waiting goroutine, whose token it is. It
+// must not take it: the owner made requests since the attempt the grant answered.
+func TestFairGrantAdoptedBySiblingIsNotTakenAgain(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:grant-adopted-by-sibling"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		gate := newGateProxy(t, b.Addr)
+		wc, _ := newClient(t, gate.addr(), fairSlowRechecks...)
+		wn := fairCountAttempts(wc)
+		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
+		xc, _ := newClient(t, b.Addr, fairSlowRechecks...)
+		xn := fairCountAttempts(xc)
+		w, holder, x := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		g := fairStartLock(ctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+		xDone := fairStartLock(ctx, x)
+		fairAwaitQueue(t, admin, name, w.Owner(), x.Owner())
+		fairAwaitSettled(t, xn)
+
+		gate.arm([]byte(fairOwnChannel(w)))
+		if err := holder.Unlock(ctx); err != nil { // grants w, message held back
+			t.Fatal(err)
+		}
+		eventually(t, waitFor, "grant held back", gate.holding)
+		// another goroutine on the handle
+		if ok, err := w.TryLock(ctx); !ok || err != nil {
+			t.Fatalf("TryLock: %v %v", ok, err)
+		}
+		if err := w.Unlock(ctx); err != nil { // grants x
+			t.Fatal(err)
+		}
+		if err := fairAwait(t, xDone, waitFor, "x"); err != nil {
+			t.Fatal(err)
+		}
+		gate.open()
+		select {
+		case err := <-g:
+			_, inRedis := hgetField(t, admin, name, w.Owner())
+			t.Fatalf("waiting goroutine returned %v (Valid %v, w in hash %v) while x holds", err, w.Valid(), inRedis)
+		case <-time.After(time.Second):
+		}
+	})
+}
+
+// A first run of a fair waiter's leave reaching Redis after its retry (as late_unlock_test
+// does for releases) must not delete a hold the handle took since: a leave never touches the
+// lock.
+func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:late-leave"
+		ctx := testCtx(t, 20*time.Second)
+		p := newHoldProxy(t, b.Addr)
+		wc, _ := newClient(t, p.addr())
+		wc.leaveGrace = time.Minute // the wait returns once its leave has run (its repeat)
+		hc, _ := newClient(t, b.Addr)
+		oc, _ := newClient(t, b.Addr)
+		admin := b.Client(t)
+		wn := fairCountAttempts(wc)
+		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
+		must(t, holder.Lock(ctx))
+		wctx, cancel := context.WithCancel(ctx)
+		done := fairStartLock(wctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		fairAwaitSettled(t, wn)
+		p.arm("PUBLISH", false) // the leave's arguments carry it
+		cancel()
+		if err := fairAwait(t, done, waitFor, "w"); !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		if p.holding() != 1 {
+			t.Fatalf("leave not held back")
+		}
+		must(t, holder.Unlock(ctx))
+		must(t, w.Lock(ctx)) // w holds
+		p.release()
+		if ok, err := oc.FairLock(name, Reentrant()).TryLock(ctx); err != nil || ok {
+			t.Fatalf("two holders: another Client took the lock while w holds it (Valid %v): %v %v", w.Valid(), ok, err)
+		}
+	})
+}
+
+// A fair Lock whose attempt cannot settle the handle's earlier release (its outcome still
+// unknown, the release not yet run) must not take the lock from the leave that follows: the
+// leave finds the owner's old field, which the release will still drop. Lock fails, holding
+// nothing; once the release runs, the lock is free.
+func TestFairLeaveAfterUnsettledReleaseTakesNothing(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "fair:leave-unsettled"
+		p := newHoldProxy(t, b.Addr)
+		c, _ := newClient(t, p.addr(), WithRetryBudget(shortBudget))
+		admin := b.Client(t)
+		l := c.FairLock(name, Reentrant())
+		must(t, l.Lock(ctx))
+		must(t, l.Unlock(ctx)) // Redis has the release script: a held-back EVALSHA of it runs
+		must(t, l.Lock(ctx))
+		// Only the release carries an unlock latch key: its runs, and its repeats, are held
+		// back; the fair lock's acquire and leave go through.
+		p.arm(unlockLatchPrefix, true)
+		if err := l.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Unlock with its runs held back: %v, want ErrOutcomeUnknown", err)
+		}
+		if !exists(t, admin, name) {
+			t.Fatal("the lock is gone: a run of the release reached Redis, so the situation this test is about did not arise")
+		}
+		err := l.Lock(ctx)
+		if err == nil {
+			t.Fatal("Lock returned nil while the handle's release was unsettled: it took the hold the release will drop")
+		}
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Lock: %v, want the unsettled release's ErrOutcomeUnknown", err)
+		}
+		p.disarm()
+		p.release()
+		if exists(t, admin, name) {
+			t.Fatalf("the lock is still held after the release ran (PTTL %d ms)", pttl(t, admin, name))
+		}
+		must(t, l.Lock(ctx)) // settles the release first: its repeat changes nothing
+		must(t, l.Unlock(ctx))
+		if exists(t, admin, name) {
+			t.Fatal("the lock is held after Lock/Unlock")
+		}
 	})
 }

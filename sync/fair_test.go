@@ -15,7 +15,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Fair lock tests. A waiter's place is Redis state (REDISSON-LAYOUT §3.1): the list
+// Fair lock tests. A waiter's place is Redis state (docs/redisson-interop.md): the list
 // redisson_lock_queue:{name} and the zset redisson_lock_timeout:{name} of deadlines, so the
 // tests wait for states by polling them, and write a Java process's places with raw commands.
 
@@ -564,7 +564,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 // A head waiter that leaves while the lock is free — freed with no message, here by a Java
 // operator's DEL — tells the next waiter, which no release will: it gets the lock at once,
 // not at its own re-check (a minute later here). And an Unlock that finds the lock gone still tells the
-// head, as Redisson's does (§3.6).
+// head, as Redisson's does.
 func TestFairLockHeadLeavingFreeLockWakesNext(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -692,7 +692,7 @@ func TestFairLockTryLockNeverQueues(t *testing.T) {
 			t.Fatalf("IsLocked %v, %v; want false", locked, err)
 		}
 
-		// The Java waiter gives up its place (§3.5): now TryLock takes the lock.
+		// The Java waiter gives up its place (acquireFailed): now TryLock takes the lock.
 		must(t, admin.Do(ctx, admin.B().Lrem().Key(fairQueueKey(name)).Count(0).Element(java).Build()).Error())
 		must(t, admin.Do(ctx, admin.B().Zrem().Key(fairTimeoutKey(name)).Member(java).Build()).Error())
 		if ok, err := other.TryLock(ctx); !ok || err != nil {
@@ -785,7 +785,7 @@ func TestFairLockReentrancyAndForceUnlock(t *testing.T) {
 	})
 }
 
-// Java at the wire (REDISSON-LAYOUT §3): a Redisson holder's release wakes our waiter by its
+// Java at the wire (docs/redisson-interop.md, fair lock): a Redisson holder's release wakes our waiter by its
 // own channel; our release tells a Java head waiter on its channel, and nobody on the plain
 // lock channel; what we write is Redisson's layout.
 func TestFairLockRedissonWireCompatibility(t *testing.T) {
@@ -820,7 +820,7 @@ func TestFairLockRedissonWireCompatibility(t *testing.T) {
 		if err != nil || len(z) != 1 || z[0].Member != mu.Owner() || int64(z[0].Score) <= time.Now().UnixMilli() {
 			t.Fatalf("redisson_lock_timeout:{fair:orders} = %v (%v), want our owner with a deadline ahead", z, err)
 		}
-		// The Java thread releases as Redisson does (§3.6): DEL, "0" on the head's channel.
+		// The Java thread releases as Redisson does: DEL, "0" on the head's channel.
 		must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
 		released := time.Now()
 		if n := mustInt(t, admin.Do(ctx, admin.B().Publish().Channel(ownChannel).Message("0").Build())); n != 1 {

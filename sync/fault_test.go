@@ -525,3 +525,134 @@ func TestFaultWatchdogBackoffLogsOnce(t *testing.T) {
 		wantLost(t, "Unlock after the lease ran out", l.Unlock(ctx), lost)
 	})
 }
+
+// An Unlock of a handle that holds nothing, whose reply is lost or which Redis refuses,
+// leaves the stopped lease of the handle's long-finished hold alone: it is not revived as a
+// lapsing lease (Valid true, Deadline an hour ahead) while another Client holds the lock.
+func TestFailedUnlockOfNothingDoesNotReviveLease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		for _, how := range []string{"lost", "refused"} {
+			t.Run(how, func(t *testing.T) {
+				ctx := testCtx(t, 10*time.Second)
+				name := "unlock-of-nothing-" + how
+				proxy := redistest.NewProxy(t, b.Addr)
+				c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
+				other, _ := newClient(t, b.Addr)
+				admin := b.Client(t)
+				h := c.Lock(name, Reentrant())
+				if ok, err := h.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
+					t.Fatalf("TryLock: %v, %v", ok, err)
+				}
+				must(t, h.Unlock(ctx))
+				o := other.Lock(name, Reentrant())
+				if ok, err := o.TryLock(ctx); !ok || err != nil {
+					t.Fatalf("another Client's TryLock of the free lock: %v, %v", ok, err)
+				}
+
+				var err error
+				if how == "lost" {
+					proxy.Blackhole(true)
+					if err = h.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) {
+						t.Fatalf("h.Unlock with Redis unreachable: %v, want ErrOutcomeUnknown", err)
+					}
+				} else {
+					hashLatch(t, ctx, admin, h.o.latch)
+					if err = h.Unlock(ctx); !errors.Is(err, ErrWrongType) {
+						t.Fatalf("h.Unlock with its latch a hash: %v, want ErrWrongType", err)
+					}
+				}
+				if h.Valid() {
+					d, _ := h.Deadline()
+					t.Fatalf("h.Valid() true after an Unlock of nothing failed (%v), deadline %v ahead, while another "+
+						"Client holds the lock", err, time.Until(d).Round(time.Second))
+				}
+				if d, ok := h.Deadline(); ok {
+					t.Fatalf("h.Deadline() %v ahead after an Unlock of nothing failed, want none", time.Until(d).Round(time.Second))
+				}
+				if n := hget(t, ctx, admin, name, o.Owner()); n != 1 {
+					t.Fatalf("the other Client's hold count %d, want 1", n)
+				}
+				must(t, o.Unlock(ctx))
+			})
+		}
+	})
+}
+
+// A hold whose lease the watchdog found lost stays lost even when a field of its owner is
+// back in Redis (a late acquire of the same owner): a re-entry fails with ErrLockLost rather
+// than succeed on a fresh lease and mask the gap, and Unlock releases the field but reports
+// ErrLockLost.
+func TestLostLeaseStaysLostWhenFieldIsBack(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		for _, call := range []string{"Lock", "TryLock", "Unlock"} {
+			t.Run(call, func(t *testing.T) {
+				t.Parallel()
+				ctx := testCtx(t, 30*time.Second)
+				name := "lost-lease-field-back-" + call
+				// A renewal every 2 s finds the lock gone soon; the 6 s lease outlives a slow
+				// acquisition on a loaded machine (300 ms did not always, nor 1.5 s under two
+				// CPU hogs).
+				c, _ := newClient(t, b.Addr, WithWatchdogTimeout(6*time.Second))
+				admin := b.Client(t)
+				l := c.Lock(name, Reentrant())
+				must(t, l.Lock(ctx))
+				lost := l.Lost()
+				must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
+				eventually(t, waitFor, "Lost closed by the renewal that finds the lock gone", func() bool {
+					return isClosed(lost)
+				})
+				// A late acquire of the same owner puts its field back.
+				must(t, admin.Do(ctx, admin.B().Hset().Key(name).FieldValue().FieldValue(l.Owner(), "1").Build()).Error())
+				must(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(30000).Build()).Error())
+
+				switch call {
+				case "Lock":
+					wantLost(t, "re-entry Lock after the lease was lost", l.Lock(ctx), lost)
+				case "TryLock":
+					ok, err := l.TryLock(ctx)
+					if ok {
+						t.Fatalf("re-entry TryLock after the lease was lost reported the lock taken (err %v)", err)
+					}
+					wantLost(t, "re-entry TryLock after the lease was lost", err, lost)
+				case "Unlock":
+					wantLost(t, "Unlock after the lease was lost", l.Unlock(ctx), lost)
+					if exists(t, admin, name) {
+						t.Fatal("the lock is still there after the Unlock: the field put back was not released")
+					}
+					return
+				}
+				if n := hget(t, ctx, admin, name, l.Owner()); n != 1 {
+					t.Fatalf("the owner's hold count in Redis %d after the failed re-entry, want 1 (not re-entered)", n)
+				}
+				if l.Valid() {
+					t.Fatal("Valid after the re-entry found the lease lost")
+				}
+			})
+		}
+	})
+}
+
+// A lease the watchdog loses while a re-entry's script is on its
+// way stays lost: the re-entry fails with ErrLockLost instead of starting a fresh lease
+// under the old count.
+func TestReentryLosingLeaseInFlightIsLost(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		l := c.Lock("reentry-lost-in-flight", Reentrant())
+		must(t, l.Lock(ctx))
+		lost := l.Lost()
+		c.afterAcquire = func() { l.o.lease.Load().Lose("test: lost while the re-entry was on its way") }
+		err := l.Lock(ctx)
+		c.afterAcquire = nil
+		if !errors.Is(err, ErrLockLost) {
+			t.Fatalf("re-entry whose lease was lost on the way: %v, want ErrLockLost", err)
+		}
+		if !isClosed(lost) || !isClosed(l.Lost()) || l.Valid() {
+			t.Fatalf("Lost closed %v (current %v), Valid %v; want closed, closed, false", isClosed(lost), isClosed(l.Lost()), l.Valid())
+		}
+	})
+}

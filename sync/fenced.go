@@ -23,21 +23,39 @@ import (
 // waiting handle of the same Client (each holder must take a token of its own): waiters of
 // one Client are woken in turn, and each attempts. A repeated acquisition (its reply lost)
 // takes a second token; tokens only grow, which is all fencing needs.
-type FencedLock struct{ exclusive }
+type FencedLock struct {
+	exclusive
+	tokenKey string // redisson_lock_token:{name}
+}
 
 // FencedLock returns a handle on the fenced lock called name (the Redis key of its hash). It
 // makes no network call; an empty name or a bad option is reported by the handle's methods.
 func (c *Client) FencedLock(name string, opts ...HandleOption) *FencedLock {
-	l := &FencedLock{}
-	l.init(c, name, "fenced", nil, opts)
-	l.tokenKey = prefixName("redisson_lock_token", name)
+	l := &FencedLock{tokenKey: prefixName("redisson_lock_token", name)}
+	l.init(c, name, "fenced lock", &fencedLock{plainLock: newPlainLock(c, name), token: l.tokenKey}, opts)
 	return l
 }
+
+// fencedLock is FencedLock's variant: the plain lock's, except that every acquisition takes
+// a token, and that a release never hands the lock on (each holder must take a token of its
+// own): waiters of one Client are woken in turn, and each attempts.
+type fencedLock struct {
+	plainLock
+	token string // the token counter
+}
+
+func (f *fencedLock) prepare(*lockAttempt, *wait) {}
+
+func (f *fencedLock) request(o *holder, leaseMs string, a *lockAttempt) (script, int) {
+	return f.requestAs(o, leaseMs, a, f.token)
+}
+
+func (f *fencedLock) unlock(ctx context.Context, o *holder) error { return releaseOne(ctx, o, f) }
 
 // LockToken takes the lock as Lock does and returns the hold's token: higher than that of
 // every earlier acquisition of the lock, by any handle.
 func (l *FencedLock) LockToken(ctx context.Context, opts ...LockOption) (int64, error) {
-	cfg, err := configure(ctx, &l.o, opts, LockOption.applyLock)
+	cfg, err := configure(ctx, &l.o.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return 0, err
 	}
@@ -51,7 +69,7 @@ func (l *FencedLock) LockToken(ctx context.Context, opts ...LockOption) (int64, 
 // TryLockToken takes the lock as TryLock does and returns the hold's token, and whether it
 // took the lock (0, false when it did not).
 func (l *FencedLock) TryLockToken(ctx context.Context, opts ...TryLockOption) (int64, bool, error) {
-	cfg, err := configure(ctx, &l.o, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &l.o.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return 0, false, err
 	}

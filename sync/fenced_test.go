@@ -100,7 +100,7 @@ func TestFencedLockNoLocalHandoff(t *testing.T) {
 }
 
 // Wire level: a Redisson holder excludes a fenced lock's acquisition, and so does a lock
-// hash without TTL (Redisson's [-1, -1] quirk, REDISSON-LAYOUT §8): never read as taken.
+// hash without TTL (Redisson's [-1, -1] quirk, docs/redisson-interop.md): never read as taken.
 func TestFencedLockWire(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"errors"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -50,5 +51,53 @@ func TestAcquireRepeatedPastItsLeaseGivesTheHoldBack(t *testing.T) {
 		// outage. Given back, it goes at once.
 		eventually(t, lease/2, "the hold given back", func() bool { return !exists(t, admin, name) })
 		t.Logf("given back %v after Lock returned", time.Since(returned).Round(time.Millisecond))
+	})
+}
+
+// A Close that lands while an acquire is on its way gives the hold back: the script took it,
+// but nobody would renew or release it, and it would block every other process for its
+// lease. (A wait that a wake-up and Close end at the same moment may pick the wake-up —
+// select chooses at random — and attempt after Close: the same case.) For a fair lock, a grant that reaches a waiter whose Client closed meanwhile goes
+// back too (its wait's leave finds it).
+func TestCloseDuringAcquireGivesTheHoldBack(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		t.Run("lock", func(t *testing.T) {
+			const name = "close-during-acquire"
+			c, _ := newClient(t, b.Addr)
+			c.afterAcquire = func() { c.Close() } // the script ran; Close comes before its reply is read
+			if err := c.Lock(name).Lock(ctx); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Lock closed during its acquire: %v, want ErrClosed", err)
+			}
+			if exists(t, admin, name) {
+				t.Fatalf("the hold taken as the Client closed is still there (PTTL %d ms)", pttl(t, admin, name))
+			}
+		})
+		t.Run("fair grant", func(t *testing.T) {
+			const name = "fair:close-during-grant"
+			hc, _ := newClient(t, b.Addr)
+			holder := hc.FairLock(name)
+			must(t, holder.Lock(ctx))
+			c, _ := newClient(t, b.Addr)
+			w := c.FairLock(name, Reentrant())
+			var once gosync.Once
+			c.afterAcquire = func() { // the waiter queued; the holder grants it the lock, and its Client closes
+				once.Do(func() {
+					must(t, holder.Unlock(ctx))
+					if _, ok := hgetField(t, admin, name, w.Owner()); !ok {
+						t.Error("the release did not grant the waiter the lock: the situation this test is about did not arise")
+					}
+					c.Close()
+				})
+			}
+			if err := w.Lock(ctx); !errors.Is(err, ErrClosed) {
+				t.Fatalf("fair Lock whose Client closed as it was granted the lock: %v, want ErrClosed", err)
+			}
+			if exists(t, admin, name) {
+				t.Fatalf("the lock granted to a closed Client's waiter is still held (PTTL %d ms)", pttl(t, admin, name))
+			}
+		})
 	})
 }

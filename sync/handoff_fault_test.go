@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"strconv"
 	gosync "sync"
@@ -21,9 +22,9 @@ func latchKeyFor(name, id string) string { return prefixName(unlockLatchPrefix, 
 
 // The first run of an unlock whose reply was lost may reach Redis after its repeat (a
 // delayed segment of the broken connection, a proxy in between). It must change nothing: the
-// script reads the latch before anything else even on a first run (REDISSON-LAYOUT §1.6).
-// Skipping that read on first runs made a late first run of a partial release drop the
-// owner's last hold — Redis freed a lock its owner still held once.
+// script reads the latch before anything else even on a first run (docs/redisson-interop.md,
+// unlock latch). Were a first run to skip that read, a late first run of a partial release
+// would drop the owner's last hold, and Redis would free a lock its owner still holds.
 func TestLateFirstRunOfUnlockChangesNothing(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -38,7 +39,7 @@ func TestLateFirstRunOfUnlockChangesNothing(t *testing.T) {
 			}
 		}
 		latch := latchKeyFor(mu.Name(), c.newRequestID())
-		keys := []string{mu.Name(), mu.channel, latch, mu.clients}
+		keys := []string{mu.Name(), mu.plain().channel, latch, mu.plain().clients, mu.plain().listener}
 		args := []string{"30000", owner, c.publishCmd, unlockLatchMs, "2", "7", c.lockToken, "0", c.fairWaitMs}
 		// The repeat of the partial unlock runs first: 2 → 1, and Unlock returns.
 		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 0 {
@@ -195,5 +196,140 @@ func TestHandoffStress(t *testing.T) {
 		// nobody gave back would stay its whole 30 s lease.
 		eventually(t, waitFor, "the lock free at the end", func() bool { return !exists(t, admin, "stress") })
 		t.Logf("%d acquisitions", acquired.Load())
+	})
+}
+
+// A local hand-off never goes to a waiting handle whose release is unsettled: a late run
+// of that release would free the handed hold. Two goroutines share handle h: one waits in
+// h.Lock behind holder a (same Client), the other makes an Unlock of h (holding nothing)
+// whose reply is lost. When a releases, the lock is freed and published, not handed to h; the
+// waiter takes it by its own attempt, which settles h's release first, and h then holds the
+// lock for real.
+func TestNoHandoffToHandleWithUnsettledRelease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "no-handoff-unsettled"
+		var h *Lock
+		var drop, dropped atomic.Int32
+		rdb := &hookedRDB{Client: redistest.ClientFor(t, b.Addr)}
+		rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if drop.Load() == 1 && isReleaseOf(cmd, h.Owner()) && drop.CompareAndSwap(1, 0) {
+				dropped.Add(1)
+				return rueidis.NewErrorResult(io.ErrUnexpectedEOF), true // lost, and never sent
+			}
+			return rueidis.RedisResult{}, false
+		}
+		// No retry budget: the lost reply is at once an unknown outcome.
+		c, err := New(rdb, WithRetryBudget(0))
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		admin := b.Client(t)
+		other, _ := newClient(t, b.Addr)
+		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
+		a := c.Lock(name, Reentrant())
+		h = c.Lock(name, Reentrant())
+		must(t, a.Lock(ctx))
+		hDone := startLock(ctx, h) // G1: waits as an heir
+		settled(t, c, name, 1)
+
+		drop.Store(1)
+		if err := h.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) { // G2: holds nothing; reply lost
+			t.Fatalf("h.Unlock with its reply lost: %v, want ErrOutcomeUnknown", err)
+		}
+		if dropped.Load() != 1 {
+			t.Fatalf("%d releases of h dropped, want 1", dropped.Load())
+		}
+		if !unsettledOf(t, ctx, h) {
+			t.Fatal("h's release of unknown outcome is not kept for settling")
+		}
+		if n := parkedHeirs(c, name); n != 1 {
+			t.Fatalf("%d parked heirs, want h's waiter", n)
+		}
+		sub.published(t, ctx)
+
+		must(t, a.Unlock(ctx))
+		await(t, hDone, "h's waiter takes the lock")
+		// h's next request: were its release still unsettled, the repeat would free the lock.
+		if err := h.Lock(ctx); err != nil {
+			t.Fatalf("h's re-entry after its waiter took the lock: %v — its unsettled release, run late, freed "+
+				"the hold handed to it", err)
+		}
+		if got := sub.published(t, ctx); len(got) != 1 {
+			t.Fatalf("a's release published %q: want the lock freed (one message), not handed to h", got)
+		}
+		if n := hget(t, ctx, admin, name, h.Owner()); n != 2 || !h.Valid() {
+			t.Fatalf("h's hold count in Redis %d, Valid %v; want 2, true", n, h.Valid())
+		}
+		if ok, err := other.Lock(name, Reentrant()).TryLock(ctx); ok || err != nil {
+			t.Fatalf("another Client's TryLock while h holds the lock: %v, %v; want false, nil", ok, err)
+		}
+		must(t, h.Unlock(ctx))
+		must(t, h.Unlock(ctx))
+		if exists(t, admin, name) {
+			t.Fatal("lock alive after h's last Unlock")
+		}
+	})
+}
+
+// An heir whose wait ends (its context) while a release is handing
+// it the lock, and that release's reply is lost, must not leave holding the lock without
+// knowing: its attempt adopts what the release wrote, whatever its context says, so its Lock
+// succeeds (granted as its context ended) and its Unlock frees the lock.
+func TestHeirLeavingDuringUnknownHandoffAdopts(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "heir-leaves-unknown-handoff"
+		admin := b.Client(t)
+		raw := b.Client(t)
+		var aOwner atomic.Value
+		aOwner.Store("")
+		entered, gate := make(chan struct{}), make(chan struct{})
+		rdb := &hookedRDB{Client: raw, hook: func(ctx context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if !isReleaseOf(cmd, aOwner.Load().(string)) {
+				return rueidis.RedisResult{}, false
+			}
+			close(entered)
+			<-gate
+			raw.Do(ctx, cmd) // the release runs and hands the lock over; its reply is lost
+			return rueidis.NewErrorResult(io.ErrUnexpectedEOF), true
+		}}
+		c, err := New(rdb, WithRetryBudget(0))
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		warmScripts(t, ctx, c) // so that the held-back EVALSHA runs, not NOSCRIPT
+		a, h := c.Lock(name, Reentrant()), c.Lock(name, Reentrant())
+		aOwner.Store(a.Owner())
+		must(t, a.Lock(ctx))
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		hdone := startLock(hctx, h)
+		settled(t, c, name, 1)
+
+		adone := make(chan error, 1)
+		go func() { adone <- a.Unlock(ctx) }()
+		<-entered                         // h is reserved, the release on its way
+		cancel()                          // the heir's wait ends meanwhile
+		time.Sleep(20 * time.Millisecond) // let h see its context end first (either order must adopt)
+		close(gate)
+		if err := <-adone; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("a.Unlock with its reply lost and no repeats: %v, want ErrOutcomeUnknown", err)
+		}
+		select {
+		case err := <-hdone:
+			if err != nil {
+				t.Fatalf("h.Lock: %v; want it to hold the lock the release handed it (adopted)", err)
+			}
+		case <-time.After(waitFor):
+			t.Fatal("h.Lock did not return")
+		}
+		if n := hget(t, ctx, admin, name, h.Owner()); n != 1 || !h.Valid() {
+			t.Fatalf("h's hold count %d, Valid %v; want 1, true", n, h.Valid())
+		}
+		must(t, h.Unlock(ctx))
+		if exists(t, admin, name) {
+			t.Fatal("lock alive after h's Unlock")
+		}
 	})
 }

@@ -42,7 +42,10 @@ func settledHeirs(t *testing.T, c *Client, name string, n, heirs int) {
 	t.Helper()
 	channel := waitChannel(c, name)
 	quiet := func() bool {
-		return c.mux.Subscribed(channel) && c.mux.Pending(channel) == 0 && c.mux.Waiters(channel) == n &&
+		// The listener's subscription to the lock's channel is confirmed, and the check it
+		// wakes a waiter for is done.
+		listens := mustGet(t, c.rdb, listenerKey(name)) != c.lockToken || c.mux.Subscribed(lockChannel(name))
+		return listens && c.mux.Subscribed(channel) && c.mux.Pending(channel) == 0 && c.mux.Waiters(channel) == n &&
 			(c.maxHandoff == 0 || parkedHeirs(c, name) == heirs)
 	}
 	eventually(t, waitFor, fmt.Sprintf("%d waiters of %s parked (%d heirs)", n, name, heirs), func() bool {
@@ -227,8 +230,8 @@ func TestHandoffToLongestWaitingLocalWaiter(t *testing.T) {
 		if err := cc.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := sub.published(t, ctx); len(got) != 1 || got[0] != "0" {
-			t.Fatalf("the last release, with no local waiter, published %q; want [0]", got)
+		if got := sub.published(t, ctx); len(got) != 1 || got[0] != "00" {
+			t.Fatalf("the last release, with no local waiter, published %q; want [00] (Redisson reads 0)", got)
 		}
 		if exists(t, rdb, "relay") {
 			t.Fatal("lock alive after the last unlock")
@@ -510,8 +513,8 @@ func TestHandoffSkipsHandleWithUnknownUnlock(t *testing.T) {
 		if m := mark(); m != "1" {
 			t.Fatalf("latch mark %q after the unknown unlock, want 1: its first run acted", m)
 		}
-		if got := sub.published(t, ctx); len(got) != 1 || got[0] != "0" {
-			t.Fatalf("the unknown unlock's first run published %q, want [0]: it freed the lock", got)
+		if got := sub.published(t, ctx); len(got) != 1 || got[0] != "00" {
+			t.Fatalf("the unknown unlock's first run published %q, want [00]: it freed the lock", got)
 		}
 
 		must(t, a.Lock(ctx))
@@ -651,5 +654,78 @@ func TestHandoffNearLeaseEndGivesHeirItsOwnLease(t *testing.T) {
 			t.Fatalf("heir's hold count %d (%v), want 1", n, err)
 		}
 		must(t, h.Unlock(ctx))
+	})
+}
+
+// A local hand-off never goes to a waiting handle whose owner is busy: an Unlock of that
+// handle holding nothing, in flight when the hand-off is made, would free the handed hold and
+// return nil. Two goroutines share handle h: one waits in h.Lock behind holder a, the other's
+// h.Unlock (count 0) is held back before it is sent while a releases. The lock is freed and
+// published, h's Unlock finds it not held, and h's waiter takes the lock by its own attempt.
+func TestNoHandoffToBusyHandle(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "no-handoff-busy"
+		var h *Lock
+		var hold atomic.Int32
+		entered, release := make(chan struct{}), make(chan struct{})
+		rdb := &hookedRDB{Client: redistest.ClientFor(t, b.Addr)}
+		rdb.hook = func(ctx context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if hold.Load() == 1 && isReleaseOf(cmd, h.Owner()) && hold.CompareAndSwap(1, 0) {
+				close(entered)
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return rueidis.RedisResult{}, false
+		}
+		c, err := New(rdb)
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		admin := b.Client(t)
+		other, _ := newClient(t, b.Addr)
+		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
+		a := c.Lock(name, Reentrant())
+		h = c.Lock(name, Reentrant())
+		must(t, a.Lock(ctx))
+		hDone := startLock(ctx, h) // G1: waits as an heir
+		settled(t, c, name, 1)
+		sub.published(t, ctx)
+
+		hold.Store(1)
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- h.Unlock(ctx) }() // G2: holds nothing
+		select {
+		case <-entered:
+		case <-time.After(waitFor):
+			t.Fatalf("h's Unlock not sent within %v", waitFor)
+		}
+		must(t, a.Unlock(ctx)) // while h's Unlock is in flight
+		close(release)
+		select {
+		case err := <-unlocked:
+			if !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+				t.Fatalf("h.Unlock of a handle holding nothing: %v, want ErrNotHeld — it must not free a hold "+
+					"handed to h meanwhile", err)
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("h's Unlock not done within %v", waitFor)
+		}
+		await(t, hDone, "h's waiter takes the lock")
+		if n := hget(t, ctx, admin, name, h.Owner()); n != 1 || !h.Valid() {
+			t.Fatalf("h's hold count in Redis %d, Valid %v; want 1, true", n, h.Valid())
+		}
+		if got := sub.published(t, ctx); len(got) != 1 {
+			t.Fatalf("a's release published %q: want the lock freed (one message), not handed to h", got)
+		}
+		if ok, err := other.Lock(name, Reentrant()).TryLock(ctx); ok || err != nil {
+			t.Fatalf("another Client's TryLock while h holds the lock: %v, %v; want false, nil", ok, err)
+		}
+		must(t, h.Unlock(ctx))
+		if exists(t, admin, name) {
+			t.Fatal("lock alive after h's Unlock")
+		}
 	})
 }

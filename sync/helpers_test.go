@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"strings"
 	gosync "sync"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ func isClosed(c <-chan struct{}) bool {
 }
 
 // waitChannel is the channel c's waiters of the plain lock name listen on.
-func waitChannel(c *Client, name string) string { return c.Lock(name).clientCh }
+func waitChannel(c *Client, name string) string { return c.Lock(name).plain().clientCh }
 
 // lockChannel is the channel a lock's releases are published on.
 func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }
@@ -187,4 +188,67 @@ func (r *renewals) idle() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.inflight == 0
+}
+
+// wakeCh is the channel the waits of l's owner o listen on.
+func (l *exclusive) wakeCh(o *holder) string { return l.v.wakeCh(o) }
+
+// plain is l's plain-lock variant (a Lock's, or a FencedLock's).
+func (l *exclusive) plain() *plainLock {
+	if f, ok := l.v.(*fencedLock); ok {
+		return &f.plainLock
+	}
+	return l.v.(*plainLock)
+}
+
+// hookedRDB is a rueidis client whose Do runs hook first: the hook may answer for Redis
+// (ok: the command is not sent) or hold the command back before letting it through.
+type hookedRDB struct {
+	rueidis.Client
+	hook func(ctx context.Context, cmd rueidis.Completed) (res rueidis.RedisResult, ok bool)
+}
+
+func (r *hookedRDB) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if res, ok := r.hook(ctx, cmd); ok {
+		return res
+	}
+	return r.Client.Do(ctx, cmd)
+}
+
+// isReleaseOf reports whether cmd is a run of lua.LockRelease by owner (its own release, not
+// one that hands the lock to it): EVALSHA|EVAL, script, 4, name, channel, latch, clients,
+// lease, owner, ...
+func isReleaseOf(cmd rueidis.Completed, owner string) bool {
+	args := cmd.Commands() // EVALSHA sha 5 lock channel latch clients listener leaseMs owner ...
+	return len(args) > 9 && strings.HasPrefix(args[5], unlockLatchPrefix) && args[9] == owner
+}
+
+// hget is the hold count owner has on name in Redis; 0 when it has no field.
+func hget(t *testing.T, ctx context.Context, rdb rueidis.Client, name, owner string) int64 {
+	t.Helper()
+	n, err := rdb.Do(ctx, rdb.B().Hget().Key(name).Field(owner).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0
+	}
+	must(t, err)
+	return n
+}
+
+// hashLatch turns the owner's unlock latch into a hash, so that every release of the owner is
+// refused with WRONGTYPE, without running, until the latch is deleted.
+func hashLatch(t *testing.T, ctx context.Context, admin rueidis.Client, latch string) {
+	t.Helper()
+	if latch == "" {
+		t.Fatal("the owner has no unlock latch yet")
+	}
+	must(t, admin.Do(ctx, admin.B().Del().Key(latch).Build()).Error())
+	must(t, admin.Do(ctx, admin.B().Hset().Key(latch).FieldValue().FieldValue("x", "1").Build()).Error())
+}
+
+// unsettledOf reports, under the owner's op, whether l has a release of unknown outcome.
+func unsettledOf(t *testing.T, ctx context.Context, l *Lock) bool {
+	t.Helper()
+	must(t, l.o.lock(ctx))
+	defer l.o.unlock()
+	return l.o.unsettled != nil
 }

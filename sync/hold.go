@@ -19,7 +19,7 @@ var ErrHoldEnded = errors.New("dsync: the hold was released")
 // holdContext returns a copy of parent cancelled when the hold whose lease is lease ends:
 // released, with the cause ErrHoldEnded, or lost, with ErrLockLost. With no hold (lease nil,
 // or ended already) it is cancelled at once, with ErrNotHeld for none.
-func holdContext(parent context.Context, lease *watchdog.Lease, o *owner) (context.Context, context.CancelFunc) {
+func holdContext(parent context.Context, lease *watchdog.Lease, o *holder) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	stop := func() { cancel(context.Canceled) }
 	if lease == nil {
@@ -55,7 +55,7 @@ func holdEnd(lease *watchdog.Lease) error {
 // makes for the lease in ms (a renewal script, which sets the TTL to the larger of what is
 // left and the lease, and replies [1] while o holds). It is repeated while its reply is lost,
 // as a renewal may be: it only ever lengthens a hold.
-func (o *owner) extend(ctx context.Context, hold *watchdog.Lease, lease time.Duration, renew func(ms string) script) error {
+func (o *holder) extend(ctx context.Context, hold *watchdog.Lease, lease time.Duration, renew func(ms string) script) error {
 	if err := o.check(ctx); err != nil {
 		return err
 	}

@@ -116,3 +116,40 @@ func TestExtend(t *testing.T) {
 		must(t, rw.Unlock(ctx))
 	})
 }
+
+// A first hold (owner.took) taken while the lease of a given-up hold is still lapsing
+// (timed with its old deadline) gets a deadline of its own, not the lapsing one. The state is
+// set up through the core: the lapsing lease of a released hold whose key is gone.
+func TestNewHoldStopsLapsingLease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		const name = "new-hold-lapsing-lease"
+		c, admin := newClient(t, b.Addr)
+		l := c.Lock(name, Reentrant())
+		if ok, err := l.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
+			t.Fatalf("TryLock: %v, %v", ok, err)
+		}
+		must(t, l.o.lock(ctx))
+		lease := l.o.lease.Load()
+		lease.Stop()
+		l.o.count = 0 // the hold was given up...
+		lease.Lapse() // ...and its lease lapses with its old deadline, an hour ahead
+		l.o.unlock()
+		must(t, admin.Do(ctx, admin.B().Del().Key(name).Build()).Error())
+
+		// Short beside the lapsing lease's hour, long enough to outlast the acquisition on a
+		// loaded machine (1 s may not).
+		const short = 10 * time.Second
+		ok, err := l.TryLock(ctx, Lease(short))
+		took := time.Now()
+		if !ok || err != nil {
+			t.Fatalf("TryLock: %v, %v", ok, err)
+		}
+		if d, dok := l.Deadline(); !dok || d.After(took.Add(short)) {
+			t.Fatalf("deadline %v ahead (%v) after TryLock(Lease(%v)), want at most that: not the lapsing lease's",
+				d.Sub(took).Round(time.Millisecond), dok, short)
+		}
+		must(t, l.Unlock(ctx))
+	})
+}

@@ -195,3 +195,23 @@ func TestSemaphoreWire(t *testing.T) {
 		}
 	})
 }
+
+// A deleted latch counts zero: its awaiters return on Delete's message, not at a re-check.
+func TestLatchDeleteReleasesAwaiters(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second) // the re-check is 30 s away
+		c, _ := newClient(t, b.Addr)
+		l := c.CountDownLatch("latch-delete")
+		must(t, func() error { _, err := l.TrySetCount(ctx, 1); return err }())
+		done := make(chan error, 1)
+		go func() { done <- c.CountDownLatch("latch-delete").Await(ctx) }()
+		listeningOn(t, c, l.channel, 1)
+		if ok, err := l.Delete(ctx); !ok || err != nil {
+			t.Fatalf("Delete: %v, %v", ok, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("Await after Delete: %v", err)
+		}
+	})
+}

@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	gosync "sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // holdProxy is a TCP proxy that can hold back requests: the client's connection is cut at
@@ -402,6 +404,101 @@ func TestUnknownNestedUnlockOnDeletedLockIsLost(t *testing.T) {
 		}
 		if exists(t, admin, name) {
 			t.Fatal("the deleted lock is back")
+		}
+	})
+}
+
+// A last Unlock whose reply is lost leaves its release unsettled. When the settling
+// repeat is refused (WRONGTYPE: it did not run, so the first run may still), the release is
+// still unsettled: the next acquire fails and does not proceed. Once the repeat gets a reply
+// (the release frees the given-up hold), the next hold is a new one with its own lease — not
+// the deadline of the given-up hold's lapsing lease, an hour ahead.
+func TestRefusedSettleKeepsReleaseUnsettled(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		const name = "refused-settle"
+		var l *Lock
+		var drop, dropped atomic.Int32
+		rdb := &hookedRDB{Client: redistest.ClientFor(t, b.Addr)}
+		rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if drop.Load() == 1 && isReleaseOf(cmd, l.Owner()) {
+				dropped.Add(1)
+				return rueidis.NewErrorResult(io.ErrUnexpectedEOF), true // lost, and never sent
+			}
+			return rueidis.RedisResult{}, false
+		}
+		c, err := New(rdb, WithRetryBudget(100*time.Millisecond))
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		other, _ := newClient(t, b.Addr)
+		admin := b.Client(t)
+		l = c.Lock(name, Reentrant())
+		if ok, err := l.TryLock(ctx, Lease(time.Hour)); !ok || err != nil {
+			t.Fatalf("TryLock: %v, %v", ok, err)
+		}
+
+		drop.Store(1) // every try of the release is lost
+		if err := l.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Unlock with every reply lost: %v, want ErrOutcomeUnknown", err)
+		}
+		drop.Store(0)
+		if dropped.Load() < 2 {
+			t.Fatalf("the release was tried %d times, want it repeated within the retry budget", dropped.Load())
+		}
+		if n := hget(t, ctx, admin, name, l.Owner()); n != 1 {
+			t.Fatalf("the given-up hold's count in Redis %d, want 1: no release reached Redis", n)
+		}
+
+		hashLatch(t, ctx, admin, l.o.latch) // the settling repeat is refused
+		ok, err := l.TryLock(ctx, Lease(time.Second))
+		if ok || err == nil {
+			d, _ := l.Deadline()
+			t.Fatalf("TryLock while the earlier release's repeat is refused: %v, %v (deadline %v ahead); "+
+				"want an error: a refused repeat did not settle the release", ok, err, time.Until(d).Round(time.Millisecond))
+		}
+		if !errors.Is(err, ErrWrongType) {
+			t.Errorf("TryLock while the repeat is refused with WRONGTYPE: %v, want ErrWrongType", err)
+		}
+		if !unsettledOf(t, ctx, l) {
+			t.Fatal("the release is no longer kept for settling after its repeat was refused")
+		}
+		if n := hget(t, ctx, admin, name, l.Owner()); n != 1 {
+			t.Fatalf("hold count in Redis %d after the refused settle, want 1 (nothing ran)", n)
+		}
+
+		must(t, admin.Do(ctx, admin.B().Del().Key(l.o.latch).Build()).Error())
+		// A lease of its own, short beside the given-up hold's hour, long enough to last
+		// through the checks below on a loaded machine (1 s did not).
+		const lease = 10 * time.Second
+		ok, err = l.TryLock(ctx, Lease(lease))
+		took := time.Now()
+		if !ok || err != nil {
+			t.Fatalf("TryLock once the latch is back: %v, %v", ok, err)
+		}
+		if unsettledOf(t, ctx, l) {
+			t.Fatal("the release is still unsettled after its repeat got a reply")
+		}
+		d, dok := l.Deadline()
+		if !dok || d.After(took.Add(lease)) {
+			t.Fatalf("deadline %v ahead (%v) after TryLock(Lease(%v)), want at most %[3]v: the new hold's own lease",
+				d.Sub(took).Round(time.Millisecond), dok, lease)
+		}
+		if ms := pttl(t, admin, name); ms <= 0 || ms > lease.Milliseconds() {
+			t.Fatalf("PTTL %d ms after TryLock(Lease(%v)), want (0, %d]: the given-up hold was released first", ms, lease, lease.Milliseconds())
+		}
+		if n := hget(t, ctx, admin, name, l.Owner()); n != 1 {
+			t.Fatalf("hold count in Redis %d, want 1", n)
+		}
+		if ok, err := other.Lock(name, Reentrant()).TryLock(ctx); ok || err != nil {
+			t.Fatalf("another Client's TryLock while the handle holds the lock: %v, %v; want false, nil", ok, err)
+		}
+		if !l.Valid() {
+			t.Fatal("the new hold is not valid")
+		}
+		must(t, l.Unlock(ctx))
+		if exists(t, admin, name) {
+			t.Fatal("lock alive after its Unlock")
 		}
 	})
 }

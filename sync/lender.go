@@ -95,7 +95,7 @@ func (l *lender[T]) close() {
 // acquisition adopts the hold Redis may count, or the hold lapses with its lease. When work
 // of the owner's own runs in the background (a waiter's claim withdrawn, a late reply read,
 // a Shutdown's release), the owner is returned once that is done, and the caller not kept.
-func (c *Client) returnOwner(o *owner, put func(*owner)) bool {
+func (c *Client) returnOwner(o *holder, put func(*holder)) bool {
 	if !o.tryLock() {
 		go func() {
 			_ = o.lock(context.Background())
@@ -107,7 +107,7 @@ func (c *Client) returnOwner(o *owner, put func(*owner)) bool {
 }
 
 // returnLocked is returnOwner with o's op held, which it gives back.
-func (c *Client) returnLocked(o *owner, put func(*owner)) bool {
+func (c *Client) returnLocked(o *holder, put func(*holder)) bool {
 	holds, unsettled := o.count, o.unsettled != nil
 	if holds == 0 && !unsettled {
 		o.lease.Store(nil) // the next holder's lease is its own
@@ -117,7 +117,7 @@ func (c *Client) returnLocked(o *owner, put func(*owner)) bool {
 	case holds > 0:
 		return false
 	case unsettled:
-		go c.settleLater(o, put)
+		go c.settleLater(&o.owner, func() { o.lease.Store(nil); put(o) })
 	default:
 		put(o)
 	}
@@ -129,8 +129,15 @@ func (c *Client) returnLocked(o *owner, put func(*owner)) bool {
 // and that call may never come, or come after the request's mark expired and act twice. It
 // gives up when the Client closes, and before the mark may expire: the outcome then stays
 // unknown for good, which it logs.
-func (c *Client) settleLater(o *owner, done func(*owner)) {
-	_ = o.lock(context.Background()) // no call uses o; a Shutdown's release may, for a moment
+func (c *Client) settleLater(o *owner, done func()) {
+	// No call uses o (a Shutdown's release may, for a moment) — but a Reentrant handle's own
+	// owner, whose call may have settled it meanwhile.
+	_ = o.lock(context.Background())
+	if o.unsettled == nil {
+		o.unlock()
+		done()
+		return
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), o.unsettled.sent.Add(unlockLatch-settleMargin))
 	defer cancel()
 	if c.isClosed() {
@@ -142,11 +149,10 @@ func (c *Client) settleLater(o *owner, done func(*owner)) {
 	}
 	backoff := retryBackoff
 	for {
-		err := o.settle(ctx)
+		_, err := o.settle(ctx)
 		if err == nil {
 			o.unlock()
-			o.lease.Store(nil)
-			done(o)
+			done()
 			return
 		}
 		select {

@@ -283,7 +283,7 @@ func TestRedissonWireCompatibility(t *testing.T) {
 			t.Fatalf("TryLock over a Redisson holder: %v, %v; want false, nil", ok, err)
 		}
 
-		// Our waiter wakes when the Java side releases as Redisson's unlock script does (§2.4).
+		// Our waiter wakes when the Java side releases as Redisson's unlock script does.
 		got := make(chan error, 1)
 		go func() { got <- mu.Lock(ctx) }()
 		eventually(t, waitFor, "waiter subscribed", func() bool {
@@ -341,8 +341,10 @@ return 1`)
 		}
 		select {
 		case m := <-msgs:
-			if m.Channel != "redisson_lock__channel:{orders}" || m.Message != "0" {
-				t.Fatalf("published %q on %q, want \"0\" on redisson_lock__channel:{orders}", m.Message, m.Channel)
+			// Redisson reads a payload as a Java Long, and so 00 as 0, its unlock message;
+			// latchkey's listener lets 00 pass (its own releases wake Clients directly).
+			if n, err := strconv.ParseInt(m.Message, 10, 64); m.Channel != "redisson_lock__channel:{orders}" || err != nil || n != 0 || m.Message == "0" {
+				t.Fatalf("published %q on %q, want 00 on redisson_lock__channel:{orders}", m.Message, m.Channel)
 			}
 		case <-time.After(waitFor):
 			t.Fatal("no unlock message seen by a raw subscriber")
@@ -804,5 +806,125 @@ func TestLeasesOnlyGrow(t *testing.T) {
 		if exists(t, rdb, "grow") {
 			t.Fatal("lock held after as many unlocks as acquires")
 		}
+	})
+}
+
+// A watchdog-kept hold re-entered with a short explicit lease stays kept, as in Redisson: the
+// watchdog renews it before the short TTL runs out, so it neither expires while held nor
+// reports a false loss.
+func TestReentryWithShortLeaseStaysKept(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 30*time.Second)
+		// Renews every 2 s: the 6 s lease outlasts its acquisition and a late round on a loaded
+		// machine.
+		c, rdb := newClient(t, b.Addr, WithWatchdogTimeout(6*time.Second))
+		mu := c.Lock("reenter-short", Reentrant())
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := mu.Lock(ctx, Lease(100*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		held := time.Now()
+		for time.Since(held) < 400*time.Millisecond {
+			if !exists(t, rdb, "reenter-short") {
+				t.Fatalf("the lock expired %v after a re-entry with a 100ms lease while held", time.Since(held))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if closed(mu.Lost()) {
+			t.Fatal("Lost closed while the lock was kept")
+		}
+		for i := 0; i < 2; i++ {
+			if err := mu.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// `defer mu.Unlock(reqCtx)` with a request context that has ended still releases the lock.
+func TestUnlockWithEndedContextReleases(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		mu := c.Lock("ended-ctx")
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := mu.Unlock(ended); err != nil {
+			t.Fatalf("Unlock with an ended context: %v", err)
+		}
+		if exists(t, rdb, "ended-ctx") {
+			t.Fatal("lock still held after Unlock")
+		}
+	})
+}
+
+// A final Unlock that fails leaves the lock neither renewed for ever nor held by a handle
+// that thinks otherwise. Its outcome unknown (Redis unreachable through every repeat within
+// the retry budget), the hold counts as given up: Valid is false at once, nothing renews the
+// lock, which expires with its lease, and a later Unlock (which first repeats the unknown
+// one) has nothing to release. Refused (an error reply: nothing ran), the handle still holds
+// the lock, but its lease lapses: not renewed, Lost closes when it runs out, and the lock
+// expires.
+func TestFailedUnlockLapsesLease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
+		// Renewals every 2 s keep a 6 s lease with 4 s to spare on a loaded machine (1.5 s
+		// renewed every 500 ms was lost under two CPU hogs), until a failed release stops them.
+		const timeout = 6 * time.Second
+		ctx := testCtx(t, 60*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		// A short retry budget keeps the test fast: the repeats end while Redis is unreachable.
+		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout), WithRetryBudget(shortBudget))
+		admin := b.Client(t)
+
+		t.Run("unknown", func(t *testing.T) {
+			mu := c.Lock("unlock-unknown")
+			must(t, mu.Lock(ctx))
+			proxy.Blackhole(true)
+			err := mu.Unlock(ctx)
+			proxy.Blackhole(false)
+			if !errors.Is(err, ErrOutcomeUnknown) {
+				t.Fatalf("Unlock with Redis unreachable: %v, want ErrOutcomeUnknown", err)
+			}
+			if mu.Valid() {
+				t.Fatal("Valid after an Unlock whose outcome is unknown: the hold was given up")
+			}
+			if _, ok := mu.Deadline(); ok {
+				t.Fatal("a deadline after the hold was given up")
+			}
+			eventually(t, timeout+waitFor, "the unreleased lock expires", func() bool { return !exists(t, admin, "unlock-unknown") })
+			if err := mu.Unlock(ctx); !errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
+				t.Fatalf("Unlock after a failed one: %v, want ErrNotHeld (the hold was given up)", err)
+			}
+		})
+		t.Run("refused", func(t *testing.T) {
+			mu := c.Lock("unlock-refused", Reentrant())
+			must(t, mu.Lock(ctx))
+			must(t, mu.Lock(ctx))
+			must(t, mu.Unlock(ctx)) // makes the handle's latch
+			// The latch turned into a hash: the release's first command fails, nothing runs.
+			must(t, admin.Do(ctx, admin.B().Del().Key(mu.o.latch).Build()).Error())
+			must(t, admin.Do(ctx, admin.B().Hset().Key(mu.o.latch).FieldValue().FieldValue("x", "1").Build()).Error())
+			if err := mu.Unlock(ctx); err == nil || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrNotHeld) {
+				t.Fatalf("Unlock refused by Redis: %v, want its error", err)
+			}
+			if !mu.Valid() {
+				t.Fatal("not Valid after a refused Unlock: the handle still holds the lock")
+			}
+			select {
+			case <-mu.Lost():
+			case <-time.After(timeout + waitFor):
+				t.Fatal("Lost not closed after the refused release, although nothing renews the lock")
+			}
+			eventually(t, timeout+waitFor, "the lapsed lock expires", func() bool { return !exists(t, admin, "unlock-refused") })
+		})
 	})
 }

@@ -343,28 +343,6 @@ func (m *Multi) Unlock(ctx context.Context) error {
 	return m.release(ctx, h, false)
 }
 
-// Reader returns the read lock of l as a Locker, for a MultiLock: its TryLock is TryRLock,
-// its Unlock RUnlock.
-func (l *RWLock) Reader() Locker {
-	if l == nil {
-		return nil
-	}
-	return rwReader{l}
-}
-
-type rwReader struct{ l *RWLock }
-
-func (r rwReader) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	return r.l.TryRLock(ctx, opts...)
-}
-func (r rwReader) Unlock(ctx context.Context) error { return r.l.RUnlock(ctx) }
-func (r rwReader) Valid() bool                      { return r.l.valid(false) }
-func (r rwReader) Name() string                     { return r.l.Name() }
-
-// Valid reports whether the handle's write hold is live now: its lease, as last confirmed
-// by Redis, is ahead by the monotonic clock (see Lock.Valid).
-func (l *RWLock) Valid() bool { return l.valid(true) }
-
 // RedLock returns a Multi that takes a quorum of locks on independent Redis masters — at
 // least 3, one lock each — rather than all of them: the Redlock algorithm (Redisson's
 // RedissonRedLock). It holds when more than half of the masters granted their lock. Every

@@ -5,7 +5,7 @@ import "strings"
 // Redisson derives every key and channel of an object from its name so that all of them
 // share the name's hash slot: a name without '{' is wrapped as a hash tag, a name with one is
 // trusted to carry its own tag. The test is only "contains '{'", exactly as Redisson does it
-// (REDISSON-LAYOUT §1.2), or Go and Java would name different keys.
+// (docs/redisson-interop.md, names), or Go and Java would name different keys.
 
 // prefixName is Redisson's RedissonObject.prefixName.
 func prefixName(prefix, name string) string {
@@ -31,6 +31,6 @@ const (
 )
 
 // latchChannel is a countdown latch's channel. Redisson builds it by concatenation, always
-// adding braces, not with prefixName (REDISSON-LAYOUT §6): for a name with its own hash tag
+// adding braces, not with prefixName: for a name with its own hash tag
 // the channel hashes elsewhere.
 func latchChannel(name string) string { return "redisson_countdownlatch__channel__{" + name + "}" }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,17 +40,15 @@ const (
 	settleMargin = 30 * time.Second
 )
 
-// owner is one owner ID on one object: the identity its holds are kept under in Redis.
+// owner is one owner ID on one object: the identity its requests are numbered under (the
+// unlock latch), and the one retry loop's settling of a request of unknown outcome. A
+// semaphore's or latch's calls each take one (pool); a lock's holds are a holder's.
 type owner struct {
 	c    *Client
 	name string // the object's name, its Redis key
 	what string // the primitive, as errors name it: "lock", "semaphore"...
 	id   string // "<client UUID>:<n>"
-	kind *watchdog.Kind
-	err  error // a bad name, reported by every call
-	// releaser makes the primitive's numbered release of one hold when Redis counts holds of
-	// the owner's: how a hold too few replicas confirmed (WithSyncReplicas) is given back.
-	releaser func(holds int, latch, n string) script
+	err  error  // a bad name, reported by every call
 
 	// op serialises the owner's requests, so that its idea of its holds changes in the order
 	// Redis applied them even when goroutines share the owner. A channel, so that waiting
@@ -61,33 +58,45 @@ type owner struct {
 	latch     string   // the unlock latch key, made at the first numbered request
 	reqs      uint64   // numbered requests made
 	unsettled *request // a numbered request whose outcome is unknown, repeated before the next
-	unsure    bool     // an acquire's outcome is unknown: Redis may count a hold the owner does not
-
-	// requests counts the owner's requests; sent is when the latest acquire that got a reply
-	// was sent. A lock granted to the owner was granted after that acquire, so its lease is
-	// timed from sent — if no request came since (see takeGrant).
+	// requests counts the owner's requests: a lock granted to the owner after an attempt is
+	// the owner's only if no request came since (see takeGrant).
 	requests uint64
-	sent     time.Time
+}
+
+// holder is an owner that holds a lock: how many holds, their lease, and whether it is lost.
+type holder struct {
+	owner
+	kind *watchdog.Kind
+	// releaser makes the primitive's numbered release of one hold when Redis counts holds of
+	// the owner's: how a hold too few replicas confirmed (WithSyncReplicas) is given back.
+	releaser func(holds int, latch, n string) script
+	unsure   bool          // an acquire's outcome is unknown: Redis may count a hold the owner does not
 	count    int           // holds as last known
 	leaseD   time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
 	run      int           // consecutive local hand-offs that led to the current hold
 	lease    atomic.Pointer[watchdog.Lease]
 }
 
-// init makes o a fresh owner of c on the what called name, its holds leased as kind.
-func (o *owner) init(c *Client, name, what string, kind *watchdog.Kind) {
-	o.c, o.name, o.what, o.kind, o.op = c, name, what, kind, make(chan struct{}, 1)
+// init makes h a fresh holder of c on the what called name, its holds leased as kind.
+func (h *holder) init(c *Client, name, what string, kind *watchdog.Kind) {
+	h.owner.init(c, name, what)
+	h.kind = kind
+}
+
+// init makes o a fresh owner of c on the what called name.
+func (o *owner) init(c *Client, name, what string) {
+	o.c, o.name, o.what, o.op = c, name, what, make(chan struct{}, 1)
 	o.id = c.id + ":" + strconv.FormatInt(c.owners.Add(1), 10)
 	switch {
 	case name == "":
 		o.err = invalid("name", "must not be empty, got %q", name)
 	case c.cluster && strings.Contains(name, "{") && !hasHashTag(name):
-		// Redisson's rule (REDISSON-LAYOUT §1.2) trusts any '{' to be a tag: the channel and
+		// Redisson's rule (see names.go) trusts any '{' to be a tag: the channel and
 		// latch keys would hash to other slots, and a cluster refuses a script whose keys do.
 		o.err = invalid("name", "%q has a '{' but no hash tag ({tag}, not empty), so its keys cannot share "+
 			"a hash slot, which a Cluster requires: give it a tag, or no '{'", name)
 	case strings.Contains(name, "{") && !hasHashTag(name):
-		// Redisson's rule (REDISSON-LAYOUT §1.2) trusts any '{' to be a tag: the channel and
+		// Redisson's rule (see names.go) trusts any '{' to be a tag: the channel and
 		// latch keys then hash elsewhere, which a cluster rejects as CROSSSLOT.
 		c.log.Warn("name has '{' but no valid hash tag; its derived keys may fall in another slot",
 			zap.String("name", name))
@@ -103,7 +112,7 @@ func hasHashTag(name string) bool {
 // doubtful reports whether Redis may count a hold of the owner's that the owner does not know
 // of: an acquire's outcome is unknown, or a request's is (a release not yet run drops a hold
 // later). Such an owner attempts before it waits, which adopts or settles it. Caller holds op.
-func (o *owner) doubtful() bool { return o.unsure || o.unsettled != nil }
+func (o *holder) doubtful() bool { return o.unsure || o.unsettled != nil }
 
 // lock takes the owner's op within ctx; unlock gives it back.
 func (o *owner) lock(ctx context.Context) error {
@@ -127,7 +136,7 @@ func (o *owner) tryLock() bool {
 }
 
 // holds returns how many holds the owner knows it has.
-func (o *owner) holds(ctx context.Context) (int, error) {
+func (o *holder) holds(ctx context.Context) (int, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, err
 	}
@@ -137,7 +146,7 @@ func (o *owner) holds(ctx context.Context) (int, error) {
 
 // exists reports whether the object's key, a lock's hash, exists: whether anyone holds the
 // lock. A key of another type is ErrWrongType. (TYPE costs what EXISTS does.)
-func (o *owner) exists(ctx context.Context) (bool, error) {
+func (o *holder) exists(ctx context.Context) (bool, error) {
 	if err := o.check(ctx); err != nil {
 		return false, err
 	}
@@ -244,7 +253,7 @@ func (o *owner) request(ctx context.Context, req func(latch, n string) script, c
 		// Too few replicas confirmed it: withdrawn at once, as a request of unknown outcome
 		// is (what it took, if anything, is given back), whatever ctx says.
 		o.unsettled = &request{script: r.s, keys: r.keys, args: cancel(slices.Clone(r.args)), sent: sent}
-		if serr := o.settle(context.WithoutCancel(ctx)); serr != nil {
+		if _, serr := o.settle(context.WithoutCancel(ctx)); serr != nil {
 			err = o.wrap(errors.Join(err, fmt.Errorf("giving it back: %w", serr)))
 		}
 	}
@@ -262,7 +271,7 @@ type pool struct {
 }
 
 func (p *pool) init(c *Client, name, what string) {
-	p.owner.init(c, name, what, nil)
+	p.owner.init(c, name, what)
 	p.idle = []*owner{&p.owner}
 }
 
@@ -278,7 +287,11 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 	}
 	p.mu.Unlock()
 	msg, err := o.request(ctx, req, cancel)
-	p.c.returnOwner(o, p.put)
+	if o.unsettled != nil {
+		go p.c.settleLater(o, func() { p.put(o) })
+	} else {
+		p.put(o)
+	}
 	return msg, err
 }
 
@@ -305,111 +318,32 @@ func (p *pool) put(o *owner) {
 // settle repeats a request whose outcome is unknown (retried within the budget and ctx). Until
 // a repeat gets a reply — not a refusal: a refused repeat did not run, and the first run may
 // still — the owner makes no other request, so a late run of it can never act on a hold
-// taken since, and the owner counts the holds it counted when the request was made. A reply
-// of nil says the owner held nothing (every release script's "not held"): holds it still
-// counts — besides one an inner release dropped, or a give-back gave — are lost. (The next
-// request would find that out too, but it may get no reply.) Caller holds op.
-func (o *owner) settle(ctx context.Context) error {
+// taken since, and the owner counts the holds it counted when the request was made. It
+// reports whether the repeat's reply was nil. Caller holds op.
+func (o *owner) settle(ctx context.Context) (nothing bool, err error) {
 	r := o.unsettled
 	if r == nil {
-		return nil
+		return false, nil
 	}
 	msg, err := o.exec(ctx, r.script, r.keys, r.args)
 	if err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
-		return fmt.Errorf("%w (a request of the handle whose outcome is unknown is still unsettled)", o.wrap(err))
+		return false, fmt.Errorf("%w (a request of the handle whose outcome is unknown is still unsettled)", o.wrap(err))
 	}
 	o.unsettled = nil
-	if msg.IsNil() && o.count > 0 {
+	return msg.IsNil(), nil
+}
+
+// settle is owner.settle for a holder. A reply of nil says the owner held nothing (every
+// release script's "not held"): holds it still counts — besides one an inner release
+// dropped, or a give-back gave — are lost. (The next request would find that out too, but
+// it may get no reply.) Caller holds op.
+func (o *holder) settle(ctx context.Context) error {
+	nothing, err := o.owner.settle(ctx)
+	if err == nil && nothing && o.count > 0 {
 		return o.lost("a release of the handle's, repeated, found the lock gone")
 	}
-	return nil
+	return err
 }
-
-// exec runs a script that is safe to repeat. A reply lost to the network, or a refusal that
-// means the script did not run (LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY;
-// and MOVED, ASK, which reach it only from a connection of its own),
-// is retried with backoff within the retry budget and while ctx lasts (a release passes a
-// context without cancellation: it must still run when the caller's request has ended). A
-// script already sent is awaited replyGrace past ctx's end (only its reply tells what it
-// did), and within the retry budget at most (see try). When no reply came back for a run
-// that may have acted, the error wraps ErrOutcomeUnknown, and ctx.Err() once ctx ended. A
-// nil reply is no error.
-//
-// With WithSyncReplicas, each run is followed by WAIT, and a run that got a reply but fewer
-// confirmations than asked returns its reply with an error wrapping ErrNotReplicated.
-func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
-	msg, _, err := c.execAs(ctx, true, s, keys, args)
-	return msg, err
-}
-
-// execAs is exec for a change, or for a read (see Client.read) when change is false, and
-// returns the send still pending when ctx ended first (see try).
-func (c *Client) execAs(ctx context.Context, change bool, s *lua.Script, keys, args []string) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
-	var confirmed atomic.Int64 // written by a send, which may be abandoned (see send)
-	msg, pending, err := c.try(ctx, change, func(ctx context.Context) rueidis.RedisResult {
-		res, n := c.run(ctx, s, keys, args)
-		confirmed.Store(n)
-		return res
-	})
-	if err == nil {
-		err = c.confirmed(confirmed.Load())
-	}
-	return msg, pending, err
-}
-
-// run runs s once and returns its result and how many replicas confirmed the run: with
-// WithSyncReplicas, WAIT follows the script, pipelined on the same connection (WAIT counts
-// the replicas that have the connection's writes), and -1 means WAIT did not answer.
-func (c *Client) run(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisResult, int64) {
-	if c.replicas == 0 {
-		return s.Exec(ctx, c.rdb, keys, args), 0
-	}
-	// On a connection of its own (Dedicated), so that the WAIT is the script's node's even
-	// in a cluster, where a redirected command of a pipeline is resent alone: a redirect
-	// (MOVED, ASK) comes back as the script's reply, and the run is repeated (notRun).
-	var rs []rueidis.RedisResult
-	derr := c.rdb.Dedicated(func(dc rueidis.DedicatedClient) error {
-		run := func(whole bool) []rueidis.RedisResult {
-			return dc.DoMulti(ctx, s.Cmd(dc.B(), keys, args, whole),
-				dc.B().Wait().Numreplicas(c.replicas).Timeout(c.replicaMs).Build())
-		}
-		// A script's first run is sent whole: sent by SHA where Redis lacks it, its WAIT
-		// would still wait — the whole timeout while a replica is missing — for a run that
-		// never was.
-		_, loaded := c.loaded.Load(s)
-		rs = run(!loaded)
-		rerr, isRedis := rueidis.IsRedisErr(rs[0].Error())
-		if loaded && isRedis && rerr.IsNoScript() { // Redis lost it (a restart, a failover)
-			rs = run(true)
-		} else if !loaded { // sent whole, it is Redis's now
-			c.loaded.Store(s, struct{}{})
-		}
-		return nil
-	})
-	if len(rs) < 2 {
-		return rueidis.NewErrorResult(fmt.Errorf("dsync: no connection for the script and its WAIT: %w", derr)), -1
-	}
-	n, err := rs[1].AsInt64()
-	if err != nil {
-		n = -1
-	}
-	return rs[0], n
-}
-
-// confirmed is the error of a change n replicas confirmed (see WithSyncReplicas).
-func (c *Client) confirmed(n int64) error {
-	switch {
-	case n >= c.replicas:
-		return nil
-	case n < 0:
-		return fmt.Errorf("%w: no reply to the WAIT after it", ErrNotReplicated)
-	}
-	return fmt.Errorf("%w: %d of %d replicas within %d ms", ErrNotReplicated, n, c.replicas, c.replicaMs)
-}
-
-// replied reports whether a request got its reply: err is nil, or says only that too few
-// replicas confirmed the run (WithSyncReplicas).
-func replied(err error) bool { return err == nil || errors.Is(err, ErrNotReplicated) }
 
 // disown gives back a hold the owner must not keep — too few replicas confirmed it, or the
 // Client closed as it was taken: err says which — which Redis counts as the owner's
@@ -418,7 +352,7 @@ func replied(err error) bool { return err == nil || errors.Is(err, ErrNotReplica
 // The release is numbered: should its outcome stay unknown, the owner repeats it before its
 // next request; should Redis refuse it, the hold lapses with its lease (not renewed), or the
 // owner's next acquire adopts it. Caller holds op.
-func (o *owner) disown(ctx context.Context, err error, holds int) error {
+func (o *holder) disown(ctx context.Context, err error, holds int) error {
 	if gerr := o.giveBack(ctx, holds); gerr != nil {
 		return o.wrap(errors.Join(err, fmt.Errorf("giving it back: %w", gerr)))
 	}
@@ -427,7 +361,7 @@ func (o *owner) disown(ctx context.Context, err error, holds int) error {
 
 // giveBack releases, numbered, the holds-th hold Redis counts of the owner's, which the owner
 // does not count (see disown). Caller holds op.
-func (o *owner) giveBack(ctx context.Context, holds int) error {
+func (o *holder) giveBack(ctx context.Context, holds int) error {
 	latch, n := o.nextRequest()
 	r := o.releaser(holds, latch, n)
 	_, err := o.numbered(context.WithoutCancel(ctx), r.s, r.keys, r.args)
@@ -438,189 +372,6 @@ func (o *owner) giveBack(ctx context.Context, holds int) error {
 		o.unsure = true // refused: Redis has the hold still, which the next acquire adopts
 	}
 	return err
-}
-
-// read runs do, a read, as exec runs a script: repeated while its reply is lost, within the
-// retry budget and while ctx lasts. An error says Redis could not be reached in time (a read
-// has no outcome to be unknown), or that ctx ended.
-func (c *Client) read(ctx context.Context, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, error) {
-	msg, _, err := c.try(ctx, false, do)
-	return msg, err
-}
-
-// replyGrace is how long past the end of its call a request already sent is still awaited:
-// a reply on its way then tells what the request did, which a guess would not.
-const replyGrace = 25 * time.Millisecond
-
-// minReplyWait is the least a request is awaited, whatever the retry budget: a small budget
-// bounds the repeats, not how slow a reply may be.
-const minReplyWait = 2 * time.Second
-
-// bound is until when a call of ctx makes requests: its deadline or, without one (or a
-// later one), the retry budget from now (at least minReplyWait).
-func (c *Client) bound(ctx context.Context) time.Time {
-	until := time.Now().Add(max(c.budget, minReplyWait))
-	if d, ok := ctx.Deadline(); ok && d.Before(until) {
-		return d
-	}
-	return until
-}
-
-// try runs do, for a change (exec) or a read (read). Every send has its end: the
-// retry budget from the first (at least minReplyWait), and replyGrace: neither a Redis that
-// is unreachable nor one that hangs holds a request longer. The caller waits for a send as
-// long as its ctx lasts, and replyGrace after it ended at most (a release, whose ctx has no
-// end, for the send's whole life): a script already sent is awaited that long, since only
-// its reply tells what it did. A send the caller stopped waiting for is pending: the reply
-// comes on the channel returned, by the send's end (an error then: it was abandoned), for
-// the caller to act on in the background (see owner.attempt).
-func (c *Client) try(ctx context.Context, change bool, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
-	start := time.Now()
-	sendCtx, cancel := sendContext(ctx, start.Add(max(c.budget, minReplyWait)+replyGrace))
-	backoff := retryBackoff
-	unknown := false
-	for {
-		msg, pending, err := send(ctx, sendCtx, change, do)
-		if pending != nil { // the pending send ends with sendCtx, which it must outlive
-			return msg, pending, c.failed(ctx, change, err)
-		}
-		if err == nil || rueidis.IsRedisNil(err) {
-			cancel()
-			return msg, nil, nil
-		}
-		rerr, isRedis := rueidis.IsRedisErr(err)
-		closing := c.sawClosing(err) // the client is closed: nothing was sent
-		unknown = unknown || (!isRedis && !closing)
-		if (isRedis && !notRun(rerr)) || closing || time.Since(start)+backoff > c.budget || sendCtx.Err() != nil ||
-			ctx.Err() != nil || c.isClosed() {
-			cancel()
-			return msg, nil, c.failed(ctx, change && unknown, err)
-		}
-		c.log.Debug("no reply, or the script did not run; repeating the request", zap.Error(err))
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			cancel()
-			return msg, nil, c.failed(ctx, change && unknown, err)
-		case <-c.closed:
-		}
-		backoff = min(backoff*2, maxBackoff)
-	}
-}
-
-// sendContext is a context for sends of a call of ctx, which ends at until, not with ctx:
-// the caller stops waiting for a send when ctx ends (see send), but the send goes on, its
-// reply still to be read. (rueidis may close the connection when a send's deadline passes
-// with no reply, failing every other request on it: so the deadline is the send's last
-// moment, never the caller's.)
-func sendContext(ctx context.Context, until time.Time) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(context.WithoutCancel(ctx), until)
-}
-
-// errNoReply is the error of a send that got no reply before it, or its caller's wait, ended.
-var errNoReply = fmt.Errorf("no reply in time: %w", os.ErrDeadlineExceeded)
-
-// send runs do with sendCtx and returns its reply — or errNoReply when sendCtx ends first,
-// even if rueidis goes on waiting, as it does for a connection that another request is
-// dialling (whose context bounds the dial); or, when ctx ends, errNoReply with the channel
-// the reply will come on (pending): replyGrace later for a change, whose reply tells what it
-// did, and at once for a read.
-func send(ctx, sendCtx context.Context, change bool, do func(context.Context) rueidis.RedisResult) (rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
-	run := func() rueidis.RedisResult {
-		r := do(sendCtx)
-		if r.NonRedisError() != nil && sendCtx.Err() != nil {
-			r = rueidis.NewErrorResult(errNoReply) // not the caller's cancellation: the send's end
-		}
-		return r
-	}
-	ended := ctx.Done()
-	if ended == nil {
-		// Nothing ends the caller's wait before the send's end (a release, a call without a
-		// context that ends), which bounds rueidis's wait: no goroutine of its own, no hand-over.
-		msg, err := run().ToMessage()
-		return msg, nil, err
-	}
-	res := make(chan rueidis.RedisResult, 1)
-	go func() { res <- run() }()
-	var grace <-chan time.Time
-	for {
-		select {
-		case r := <-res:
-			msg, err := r.ToMessage()
-			return msg, nil, err
-		case <-ended:
-			if !change {
-				return rueidis.RedisMessage{}, res, errNoReply
-			}
-			ended, grace = nil, time.After(replyGrace)
-			continue
-		case <-sendCtx.Done():
-			select {
-			case r := <-res: // came as the send ended
-				msg, err := r.ToMessage()
-				return msg, nil, err
-			default:
-				return rueidis.RedisMessage{}, nil, errNoReply
-			}
-		case <-grace:
-			select {
-			case r := <-res:
-				msg, err := r.ToMessage()
-				return msg, nil, err
-			default:
-				return rueidis.RedisMessage{}, res, errNoReply
-			}
-		}
-	}
-}
-
-// once runs s a single time, for a request that is not safe to repeat: until ctx's
-// deadline, or the retry budget when it has none (see try). An error for a run that may have
-// acted wraps ErrOutcomeUnknown.
-func (c *Client) once(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, int64, error) {
-	if err := ctx.Err(); err != nil {
-		return rueidis.RedisMessage{}, 0, err
-	}
-	sendCtx, cancel := sendContext(ctx, c.bound(ctx).Add(replyGrace))
-	defer cancel()
-	var confirmed atomic.Int64 // written by the send, which may be abandoned
-	msg, _, err := send(ctx, sendCtx, true, func(ctx context.Context) rueidis.RedisResult {
-		res, n := c.run(ctx, s, keys, args)
-		confirmed.Store(n)
-		return res
-	})
-	if err != nil && !rueidis.IsRedisNil(err) {
-		_, isRedis := rueidis.IsRedisErr(err)
-		return msg, confirmed.Load(), c.failed(ctx, !isRedis && !c.sawClosing(err), err)
-	}
-	return msg, confirmed.Load(), nil
-}
-
-// failed is the error of a request of ctx that err ended: it wraps ctx.Err() once ctx has
-// ended, and ErrOutcomeUnknown when unknown. A send's own deadline (see try), which rueidis
-// reports as context.DeadlineExceeded, is reported as the timeout it is, so that it does not
-// pass for the caller's.
-func (c *Client) failed(ctx context.Context, unknown bool, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("no reply in time: %w", os.ErrDeadlineExceeded)
-	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		err = fmt.Errorf("%w: %w", cerr, err)
-	}
-	if unknown {
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-	}
-	return err
-}
-
-// notRun reports whether a Redis error reply means the script never ran.
-func notRun(e *rueidis.RedisError) bool {
-	code, _, _ := strings.Cut(e.Error(), " ")
-	switch code {
-	case "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "MOVED", "ASK":
-		return true
-	}
-	return false
 }
 
 // wrap names the object in an error (see objectError; an error that names it already is
@@ -658,26 +409,29 @@ const (
 
 // acquireOut is what an acquire script's reply says besides taken or not.
 type acquireOut struct {
-	foreign bool  // the holder announces its release only on Redisson's channel
-	token   int64 // a fenced lock's token, of the hold taken
+	requests uint64    // the owner's request count at the attempt (see takeGrant)
+	sent     time.Time // when the attempt was sent, if it got a reply
+	listen   bool      // a plain lock's Client is the listener (see lib.lua's listen)
+	token    int64     // a fenced lock's token, of the hold taken
 }
 
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
 // release of unknown outcome, and records the hold it took with lease (0: kept by the
-// watchdog). req, called under op, makes the request; every acquire script replies nil (or
+// watchdog). r is the request, whose argument holdsArg is set, under op, to the holds the
+// owner knows it has; every acquire script replies nil (or
 // a fenced lock's {-1, token}) when it took or re-entered, acquireLost when the owner knows
 // of holds but Redis has none, or else a wait hint in ms (negative: unknown) — or {hint}
-// when the holder announces its release only on Redisson's channel (lock_acquire.lua). out,
-// if not nil, is given what the reply says besides.
+// when a plain lock's Client is the listener (lock_acquire.lua). out, if not nil, is given
+// what the reply says besides.
 //
 // A hold taken that too few replicas confirmed (WithSyncReplicas), or once the Client was
 // closed, is given back at once (see giveBack) and the attempt fails with an error wrapping
 // ErrNotReplicated or ErrClosed.
-func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() script, out *acquireOut) (int64, bool, error) {
+func (o *holder) attempt(ctx context.Context, lease time.Duration, r script, holdsArg int, out *acquireOut) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
-	var pending <-chan rueidis.RedisResult // the script's reply, which ctx ended before
+	var pending <-chan sent // the script's reply, which ctx ended before
 	defer func() {
 		if pending == nil {
 			o.unlock()
@@ -690,9 +444,12 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		return 0, false, o.lost("re-entry after the lease was lost")
 	}
 	sent := time.Now()
-	r := req()
+	r.args[holdsArg] = strconv.Itoa(o.count)
 	o.requests++
-	msg, pending, err := o.c.execAs(ctx, true, r.s, r.keys, r.args)
+	if out != nil {
+		out.requests = o.requests
+	}
+	msg, pending, err := o.c.try(ctx, true, true, &scriptCall{o.c, r.s, r.keys, r.args})
 	var disowned error // a reply, but a hold taken goes back: why (see disown)
 	if errors.Is(err, ErrNotReplicated) {
 		disowned, err = err, nil
@@ -704,7 +461,9 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		}
 		return 0, false, o.wrap(err)
 	}
-	o.sent = sent
+	if out != nil {
+		out.sent = sent
+	}
 	// A reply: whatever an earlier acquire did, this one adopted or saw gone. (A first run of
 	// a hand-off to this owner reaching Redis even later can still hand it over; the owner
 	// adopts that at its next re-check, or it lapses with its lease.)
@@ -738,11 +497,11 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 		}
 		return o.ttl().Milliseconds(), true, nil
 	}
+	if out != nil {
+		out.listen = aerr == nil && len(arr) == 1
+	}
 	if aerr == nil && len(arr) == 1 {
 		msg = arr[0]
-		if out != nil {
-			out.foreign = true
-		}
 	}
 	ttl, err := msg.AsInt64()
 	if err != nil {
@@ -760,9 +519,9 @@ func (o *owner) attempt(ctx context.Context, lease time.Duration, req func() scr
 // request: its next call waits for op, and so finds Redis as its caller was told. With no
 // reply (the send's end), the acquire's outcome stays unknown (unsure). Caller holds op,
 // which late gives back.
-func (o *owner) late(pending <-chan rueidis.RedisResult, holds int) {
+func (o *holder) late(pending <-chan sent, holds int) {
 	defer o.unlock()
-	msg, err := (<-pending).ToMessage()
+	msg, err := (<-pending).res.ToMessage()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return
 	}
@@ -782,7 +541,7 @@ func (o *owner) late(pending <-chan rueidis.RedisResult, holds int) {
 // the latch and request number it is given, and may reserve an heir to hand the lock to
 // (whose two arguments come last); every release script replies nil when the owner held
 // nothing, releasedHanded when it handed the lock to the heir, 0 or 1 otherwise.
-func (o *owner) release(ctx context.Context, req func(last bool, latch, n string) (script, *heir)) error {
+func (o *holder) release(ctx context.Context, req func(last bool, latch, n string) (script, *heir)) error {
 	if err := o.check(ctx); err != nil {
 		return err
 	}
@@ -880,7 +639,7 @@ func (o *owner) exec(ctx context.Context, s *lua.Script, keys, args []string) (r
 // wait ended, the caller takes when it still waits (then's result is withdraw's), and
 // then gives back when it does not (late): a hold the caller is not told of must not be
 // kept. after, if not nil, runs last in the background, whatever came of the withdrawal.
-func (o *owner) withdraw(ctx context.Context, until time.Time, s script,
+func (o *holder) withdraw(ctx context.Context, until time.Time, s script,
 	then func(msg rueidis.RedisMessage, late bool) (bool, error), after func()) (bool, error) {
 	w := &withdrawal{done: make(chan struct{})}
 	held := o.tryLock() // in the caller's order, if op is free
@@ -931,7 +690,7 @@ type withdrawal struct {
 }
 
 // withdrawing is withdraw's background part. Caller holds op.
-func (o *owner) withdrawing(ctx context.Context, s script, then func(rueidis.RedisMessage, bool) (bool, error), w *withdrawal) (bool, error) {
+func (o *holder) withdrawing(ctx context.Context, s script, then func(rueidis.RedisMessage, bool) (bool, error), w *withdrawal) (bool, error) {
 	if o.count > 0 {
 		return false, nil // a re-entry, which never claims
 	}
@@ -986,13 +745,13 @@ func (c *Client) leaveBy(ctx context.Context, err error) time.Time {
 }
 
 // ttl is the lease of the latest hold: the TTL a partial release keeps at least.
-func (o *owner) ttl() time.Duration { return o.c.leaseOr(o.leaseD) }
+func (o *holder) ttl() time.Duration { return o.c.leaseOr(o.leaseD) }
 
 // took records a hold that a script sent at sent granted with lease (0: kept by the
 // watchdog) and registers it with the watchdog before the caller learns of it. A hold whose
 // lease ran out before it could be reported (the process paused) is lost, not reported
 // taken. Caller holds op.
-func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
+func (o *holder) took(sent time.Time, lease time.Duration, run int) error {
 	if o.count == 0 {
 		o.run = run
 	}
@@ -1021,7 +780,7 @@ func (o *owner) took(sent time.Time, lease time.Duration, run int) error {
 
 // tookTooLate reports lost a hold whose lease ran out before its acquisition could return,
 // and, if it was a new hold, gives it back (giveBackLater). Caller holds op.
-func (o *owner) tookTooLate(reason string) error {
+func (o *holder) tookTooLate(reason string) error {
 	first := o.count == 1
 	err := o.lost(reason)
 	if first && o.unsettled == nil {
@@ -1036,7 +795,7 @@ func (o *owner) tookTooLate(reason string) error {
 // (an acquire repeated across an outage), and nobody to release it. It goes out before the
 // owner's next request, or in the background for an owner lent to an acquisition (see
 // Client.giveBack). Caller holds op.
-func (o *owner) giveBackLater() {
+func (o *holder) giveBackLater() {
 	latch, n := o.nextRequest()
 	r := o.releaser(1, latch, n)
 	o.unsettled = &request{script: r.s, keys: r.keys, args: r.args, sent: time.Now()}
@@ -1044,7 +803,7 @@ func (o *owner) giveBackLater() {
 
 // lost records that the owner's hold is gone from Redis: Lost closes, and the error to
 // return says so. Caller holds op.
-func (o *owner) lost(reason string) error {
+func (o *holder) lost(reason string) error {
 	o.setCount(0)
 	if l := o.lease.Load(); l != nil {
 		l.Lose(reason)
@@ -1053,14 +812,14 @@ func (o *owner) lost(reason string) error {
 }
 
 // lostErr is the error of a hold found lost.
-func (o *owner) lostErr(reason string) error {
+func (o *holder) lostErr(reason string) error {
 	return o.wrap(tag(fmt.Sprintf("lease lost (owner %s): %s", o.id, reason), ErrLockLost, ErrNotHeld))
 }
 
 // leaseLost reports whether the current hold's lease was lost: a hold the owner still counts
 // is gone, even if a field of its name is back in Redis (a late acquire) — the gap in
 // between was not covered.
-func (o *owner) leaseLost() bool {
+func (o *holder) leaseLost() bool {
 	l := o.lease.Load()
 	if l == nil || o.count == 0 {
 		return false
@@ -1074,7 +833,7 @@ func (o *owner) leaseLost() bool {
 }
 
 // valid reports whether the current hold's lease is ahead, now, by the monotonic clock.
-func (o *owner) valid() bool { return live(o.lease.Load()) }
+func (o *holder) valid() bool { return live(o.lease.Load()) }
 
 // live reports whether lease (nil: none) is ahead, now, by the monotonic clock, as last
 // confirmed by Redis, and no loss of it is known.
@@ -1087,7 +846,7 @@ func live(lease *watchdog.Lease) bool {
 }
 
 // lostCh is Lost: the current (or last) hold's Lost channel, nil before the first.
-func (o *owner) lostCh() <-chan struct{} {
+func (o *holder) lostCh() <-chan struct{} {
 	if l := o.lease.Load(); l != nil {
 		return l.Lost()
 	}

@@ -414,11 +414,10 @@ func (s *PermitSemaphore) state(ctx context.Context, mode string, args ...string
 	if err := o.check(ctx); err != nil {
 		return stateReply{err: err}
 	}
-	msg, _, err := o.c.execAs(ctx, mode == "update", lua.PermitState, []string{o.name, s.timeouts, s.channel},
-		append([]string{mode, nowMs(), o.c.publishCmd}, args...))
-	if mode != "update" && errors.Is(err, ErrNotReplicated) {
-		err = nil // a read: what it gave back of expired permits needs no confirming
-	}
+	// A read unless it updates: what a read gave back of expired permits needs no
+	// confirming.
+	msg, _, err := o.c.try(ctx, mode == "update", true, &scriptCall{o.c, lua.PermitState, []string{o.name, s.timeouts, s.channel},
+		append([]string{mode, nowMs(), o.c.publishCmd}, args...)})
 	return stateReply{msg, err}
 }
 
@@ -435,4 +434,14 @@ func (r stateReply) AsInt64() (int64, error) {
 		return 0, r.err
 	}
 	return r.msg.AsInt64()
+}
+
+// permitKeys are a batch of permit acquisitions' keys for lua.PermitRenew: each
+// semaphore's zset of acquired permits.
+func permitKeys(b watchdog.Batch) []string {
+	keys := make([]string, len(b.Keys))
+	for i, k := range b.Keys {
+		keys[i] = suffixName(k, "timeout")
+	}
+	return keys
 }

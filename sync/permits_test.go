@@ -346,3 +346,106 @@ func TestPermitSemaphoreBadInput(t *testing.T) {
 		t.Fatalf("bad input wrote %d keys", n)
 	}
 }
+
+// The most permits one call may take are taken and released: the scripts copy their IDs
+// without unpack, which Redis's Lua 5.1 refuses beyond its C stack (LUAI_MAXCSTACK = 8000).
+func TestPermitAcquireMostPermits(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		cpuBound(t)
+		ctx := testCtx(t, 2*time.Minute)
+		// Miniredis runs the 4096-permit scripts in seconds, more on a loaded machine: past
+		// rueidis's default 10 s read timeout there.
+		opt := b.ClientOption()
+		opt.ConnWriteTimeout = time.Minute
+		rdb, err := rueidis.NewClient(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rdb.Close)
+		c, err := New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		s := c.PermitSemaphore("permits-most")
+		const n = maxPermitsPerCall // beyond what Lua's unpack takes on a small stack
+		must(t, s.SetPermits(ctx, n))
+		p, err := s.Acquire(ctx, n)
+		if err != nil {
+			t.Fatalf("Acquire(%d) of %d (documented limit %d): %v", n, n, maxPermitsPerCall, err)
+		}
+		if err := p.Release(ctx); err != nil {
+			t.Fatalf("Release of %d permits: %v", n, err)
+		}
+	})
+}
+
+// UpdateLeaseTime never shortens a lease: were it to, Redis would give the permit back while
+// its Permits still say Valid, and another process would take it.
+func TestPermitUpdateLeaseTimeOnlyGrows(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "permits-update-lease"
+		c1, _ := newClient(t, b.Addr)
+		c2, _ := newClient(t, b.Addr)
+		s := c1.PermitSemaphore(name)
+		must(t, s.SetPermits(ctx, 1))
+		p, err := s.Acquire(ctx, 1) // kept by the watchdog
+		must(t, err)
+		ok, err := s.UpdateLeaseTime(ctx, p.IDs()[0], 20*time.Millisecond)
+		if !ok || err != nil {
+			t.Fatalf("UpdateLeaseTime: %v, %v", ok, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		_, ok, err = c2.PermitSemaphore(name).TryAcquire(ctx, 1)
+		must(t, err)
+		if ok && p.Valid() {
+			t.Fatalf("another Client took the only permit while the holder's Permits are Valid (deadline %v)", func() time.Time { d, _ := p.Deadline(); return d }())
+		}
+	})
+}
+
+// A PermitSemaphore waiter that becomes first re-checks when the permit the waiter ahead took
+// expires: the served waiter wakes it, and its attempt learns the nearest expiry, rather
+// than wait for its old timer, the watchdog timeout.
+func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "permits-first-short-lease"
+		const lease = 5 * time.Second // A's: 1.5 s ran out before a slow acquire returned
+		c, _ := newClient(t, b.Addr)
+		s := c.PermitSemaphore(name)
+		must(t, s.SetPermits(ctx, 1))
+		held, err := s.Acquire(ctx, 1) // kept by the watchdog: it expires 30 s ahead
+		must(t, err)
+
+		a := make(chan error, 1)
+		go func() {
+			// Then never released. Long enough for the acquire to return within it on a loaded
+			// machine (200 ms was not), far shorter than B's 30 s timer.
+			_, err := c.PermitSemaphore(name).Acquire(ctx, 1, Lease(lease))
+			a <- err
+		}()
+		listeningOn(t, c, s.channel, 1)
+		time.Sleep(50 * time.Millisecond)
+		bDone := make(chan time.Time, 1)
+		go func() {
+			if _, err := c.PermitSemaphore(name).Acquire(ctx, 1); err == nil {
+				bDone <- time.Now()
+			}
+		}()
+		waitersOn(t, c, s.channel, 2)
+		must(t, held.Release(ctx)) // A is served; its permit's lease ends a lease later
+		must(t, <-a)
+		expired := time.Now().Add(lease)
+		select {
+		case at := <-bDone:
+			t.Logf("B served %v after A's permit expired", at.Sub(expired))
+		case <-time.After(lease + 10*time.Second):
+			t.Fatalf("B not served 10 s after A's %v permit expired (waits for its 30 s timer)", lease)
+		}
+	})
+}

@@ -54,7 +54,7 @@ type RWLock struct {
 // An rwPair is one owner of a read-write lock: its reader (field <owner>) and its writer
 // (<owner>:write).
 type rwPair struct {
-	r, w     owner
+	r, w     holder
 	timeouts string // the reader's timeout key prefix
 }
 
@@ -103,12 +103,12 @@ func (l *RWLock) borrow() *rwPair {
 
 // returnPair returns a borrowed pair to the Client's idle pairs if its side o holds nothing
 // (the other side never held), and reports whether it does.
-func (l *RWLock) returnPair(p *rwPair, o *owner) bool {
+func (l *RWLock) returnPair(p *rwPair, o *holder) bool {
 	if p == &l.rwPair {
 		return o.count == 0
 	}
 	c := l.r.c
-	return c.returnOwner(o, func(*owner) { c.rwOwners.put(l.r.name, p) })
+	return c.returnOwner(o, func(*holder) { c.rwOwners.put(l.r.name, p) })
 }
 
 // Name returns the lock's name, which is its Redis key.
@@ -133,7 +133,7 @@ func (l *RWLock) Owner() string {
 // RLock takes a read lock, waiting as long as ctx allows while a writer holds the lock or
 // waits for it. Errors are as for Lock.Lock.
 func (l *RWLock) RLock(ctx context.Context, opts ...LockOption) error {
-	cfg, err := configure(ctx, &l.r, opts, LockOption.applyLock)
+	cfg, err := configure(ctx, &l.r.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (l *RWLock) RLock(ctx context.Context, opts ...LockOption) error {
 // this Reentrant handle), and reports whether it did; with WaitTime it waits up to that long. Errors
 // are as for Lock.TryLock.
 func (l *RWLock) TryRLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	cfg, err := configure(ctx, &l.r, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &l.r.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return false, err
 	}
@@ -157,7 +157,7 @@ func (l *RWLock) TryRLock(ctx context.Context, opts ...TryLockOption) (bool, err
 // not the write lock (a mutex handle's Lock waits for its readers, as sync.RWMutex's does).
 // Other errors are as for Lock.Lock.
 func (l *RWLock) Lock(ctx context.Context, opts ...LockOption) error {
-	cfg, err := configure(ctx, &l.w, opts, LockOption.applyLock)
+	cfg, err := configure(ctx, &l.w.owner, opts, LockOption.applyLock)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (l *RWLock) Lock(ctx context.Context, opts ...LockOption) error {
 // with WaitTime it waits up to that long. It returns ErrWouldDeadlock as Lock does; other
 // errors are as for Lock.TryLock.
 func (l *RWLock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	cfg, err := configure(ctx, &l.w, opts, TryLockOption.applyTry)
+	cfg, err := configure(ctx, &l.w.owner, opts, TryLockOption.applyTry)
 	if err != nil {
 		return false, err
 	}
@@ -239,22 +239,18 @@ func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.
 		if l.reentrant {
 			writer = p.w.id // its own write hold lets it read (a downgrade)
 		}
-		return o.attempt(ctx, lease, func() script {
-			return script{lua.ReadAcquire, []string{o.name, p.timeouts, l.writers},
-				[]string{leaseMs, o.id, writer, strconv.Itoa(o.count), nowMs()}}
-		}, nil)
+		return o.attempt(ctx, lease, script{lua.ReadAcquire, []string{o.name, p.timeouts, l.writers},
+			[]string{leaseMs, o.id, writer, "", nowMs()}}, 3, nil)
 	}
 	o := &p.w
-	ttl, ok, err := o.attempt(ctx, lease, func() script {
-		return script{lua.WriteAcquire, []string{o.name, l.writers},
-			[]string{leaseMs, o.id, strconv.Itoa(o.count), nowMs(), c.fairWaitMs, flag(waiting)}}
-	}, nil)
+	ttl, ok, err := o.attempt(ctx, lease, script{lua.WriteAcquire, []string{o.name, l.writers},
+		[]string{leaseMs, o.id, "", nowMs(), c.fairWaitMs, flag(waiting)}}, 2, nil)
 	return c.keepAlive(ttl), ok, err
 }
 
 // leave drops the writer o's claim after a wait that did not end in the lock, and wakes the
 // readers it held back; in the background, awaited until until at most (see owner.withdraw).
-func (l *RWLock) leave(ctx context.Context, o *owner, until time.Time) {
+func (l *RWLock) leave(ctx context.Context, o *holder, until time.Time) {
 	_, _ = o.withdraw(ctx, until, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil, nil)
 }
 
@@ -343,7 +339,7 @@ func (l *RWLock) RLost() <-chan struct{} {
 }
 
 // side is p's writer, or its reader.
-func (p *rwPair) side(write bool) *owner {
+func (p *rwPair) side(write bool) *holder {
 	if write {
 		return &p.w
 	}
@@ -353,7 +349,7 @@ func (p *rwPair) side(write bool) *owner {
 // current is the owner and lease of the write (or read) hold the next Unlock (RUnlock) ends:
 // a Reentrant handle's own (its lease nil before its first hold), or nil when a mutex handle
 // holds none.
-func (l *RWLock) current(write bool) (*owner, *watchdog.Lease) {
+func (l *RWLock) current(write bool) (*holder, *watchdog.Lease) {
 	if l.reentrant {
 		o := l.side(write)
 		return o, o.lease.Load()
@@ -378,4 +374,39 @@ func (l *RWLock) valid(write bool) bool {
 		return l.writes.valid()
 	}
 	return l.reads.valid()
+}
+
+// Reader returns the read lock of l as a Locker, for a MultiLock: its TryLock is TryRLock,
+// its Unlock RUnlock.
+func (l *RWLock) Reader() Locker {
+	if l == nil {
+		return nil
+	}
+	return rwReader{l}
+}
+
+type rwReader struct{ l *RWLock }
+
+func (r rwReader) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
+	return r.l.TryRLock(ctx, opts...)
+}
+
+func (r rwReader) Unlock(ctx context.Context) error { return r.l.RUnlock(ctx) }
+
+func (r rwReader) Valid() bool { return r.l.valid(false) }
+
+func (r rwReader) Name() string { return r.l.Name() }
+
+// Valid reports whether the handle's write hold is live now: its lease, as last confirmed
+// by Redis, is ahead by the monotonic clock (see Lock.Valid).
+func (l *RWLock) Valid() bool { return l.valid(true) }
+
+// readKeys are a batch of read holds' keys for lua.ReadRenew: each lock with its owner's
+// timeout key prefix.
+func readKeys(b watchdog.Batch) []string {
+	keys := make([]string, 0, 2*len(b.Keys))
+	for i, k := range b.Keys {
+		keys = append(keys, k, readTimeouts(k, b.Owners[i]))
+	}
+	return keys
 }

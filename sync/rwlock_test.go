@@ -17,7 +17,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Read-write lock tests. The lock is Redis state in Redisson's layout (REDISSON-LAYOUT §4.1:
+// Read-write lock tests. The lock is Redis state in Redisson's layout (docs/redisson-interop.md:
 // the hash with mode, <owner> and <owner>:write fields, a timeout key per read hold, the
 // channel redisson_rwlock:{name}) plus latchkey's zset of waiting writers, so the tests wait
 // for states by polling Redis, and write a Java process's holds with raw commands.
@@ -693,7 +693,7 @@ func TestRWLockWatchdogAndLost(t *testing.T) {
 	})
 }
 
-// Java at the wire (REDISSON-LAYOUT §4): what we write is Redisson's layout, what we
+// Java at the wire (docs/redisson-interop.md, read-write lock): what we write is Redisson's layout, what we
 // publish is what a Redisson waiter listens for, a Redisson-style release wakes our
 // waiters, and Redisson-style holders exclude ours.
 func TestRWLockRedissonWireCompatibility(t *testing.T) {
@@ -942,7 +942,7 @@ func TestRWLockJavaReadReleaseWakesWriterBehindHeldBackReader(t *testing.T) {
 		rwClaimed(t, rdb, name, w.Owner()+":write")
 		rwParked(t, c, name, 2)
 
-		// The Java reader leaves as Redisson's read unlock does (§4.3): DEL, PUBLISH 0.
+		// The Java reader leaves as Redisson's read unlock does: DEL, PUBLISH 0.
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name, javaTimeout).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(rwChannel(name)).Message("0").Build()).Error())
 		start := time.Now()

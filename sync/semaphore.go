@@ -192,9 +192,6 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 	return err
 }
 
-// TryAcquireOption configures a semaphore's TryAcquire: WaitTime.
-type TryAcquireOption interface{ applyAcquire(*lockConfig) }
-
 // TryAcquire takes n permits if they are available and reports whether it did; with
 // WaitTime it waits up to that long, and too few permits is (false, nil), not an error.
 // Errors are as for Acquire.

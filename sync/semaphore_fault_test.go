@@ -147,3 +147,108 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 		}
 	})
 }
+
+// scriptSHA is the SHA1 script s is sent under: a marker for the fault proxy that matches
+// one script and nothing else.
+func scriptSHA(s *lua.Script) string { return s.SHA() }
+
+// An acquire of unknown outcome is cancelled whatever the handle does next: G1's acquire runs
+// and loses its reply, Redis becomes unreachable, G2's TryAcquire starts meanwhile on a
+// second owner, both end with ErrOutcomeUnknown, and the handle is then used one call at a
+// time. G1's request is settled by the Client, not at its owner's next request: that owner
+// may lie under G2's in the pool, unused, and its 3 permits would stay taken for good.
+func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "sem-unknown-acquire-busy"
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
+		warmCounters(t, c)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 5))
+
+		g1 := lostThenUnreachable(t, proxy, scriptSHA(lua.SemAcquire), func() error {
+			_, err := s.TryAcquire(ctx, 3) // takes 3
+			return err
+		})
+		time.Sleep(100 * time.Millisecond)
+		g2 := make(chan error, 1)
+		go func() {
+			_, err := s.TryAcquire(ctx, 1) // a concurrent call: a second owner of the pool
+			g2 <- err
+		}()
+		if err := <-g1; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("G1: %v, want ErrOutcomeUnknown", err)
+		}
+		if err := <-g2; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("G2: %v, want ErrOutcomeUnknown", err)
+		}
+		proxy.Blackhole(false)
+
+		// The handle is used one call at a time from now on.
+		for range 5 {
+			if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
+				t.Fatalf("TryAcquire: %v, %v", ok, err)
+			}
+			must(t, s.Release(ctx, 1))
+		}
+		eventually(t, waitFor, "the unknown acquire's 3 permits given back", func() bool {
+			return available(t, ctx, s) == 5
+		})
+	})
+}
+
+// A Release that ran but whose reply was lost, with Redis then unreachable past the retry
+// budget, is repeated in the background as soon as Redis answers again — not at the
+// handle's next call, which could come after the request's mark expired (5 minutes) and
+// release twice.
+func TestSettleUnknownReleaseInBackground(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "settle-background"
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
+		warmCounters(t, c)
+		admin := b.Client(t)
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 5))
+		if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
+			t.Fatalf("TryAcquire: %v, %v", ok, err)
+		}
+
+		rel := lostThenUnreachable(t, proxy, scriptSHA(lua.SemRelease), func() error {
+			return s.Release(ctx, 1) // 5 available again
+		})
+		if err := <-rel; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Release: %v, want ErrOutcomeUnknown", err)
+		}
+		settled := func() bool {
+			s.p.mu.Lock()
+			defer s.p.mu.Unlock()
+			return len(s.p.idle) == 1
+		}
+		if settled() {
+			t.Fatal("the unknown release's owner is back in the pool before Redis answered")
+		}
+		proxy.Blackhole(false)
+		eventually(t, waitFor, "the release settled in the background", settled)
+		if n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64(); n != 5 || err != nil {
+			t.Fatalf("%d permits (%v) after the release and its repeat, want 5", n, err)
+		}
+
+		// Five minutes pass before the handle's next call: its request key expires.
+		keys, err := admin.Do(ctx, admin.B().Keys().Pattern("redisson_unlock_latch:{"+name+"}:*").Build()).AsStrSlice()
+		must(t, err)
+		for _, k := range keys {
+			must(t, admin.Do(ctx, admin.B().Del().Key(k).Build()).Error())
+		}
+		if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
+			t.Fatalf("TryAcquire: %v, %v", ok, err)
+		}
+		if n := available(t, ctx, s); n != 4 {
+			t.Fatalf("%d permits available with 1 of 5 taken, want 4: the release was run again", n)
+		}
+	})
+}

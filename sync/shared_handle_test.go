@@ -296,3 +296,50 @@ func TestSharedRWLockRUnlockEndsTheShortestHold(t *testing.T) {
 		must(t, rw.RUnlock(ctx))
 	})
 }
+
+// Goroutines sharing a handle: G2 locks while G1's final Unlock is in flight (slowed by a lost
+// reply). G2's hold must end up kept by the watchdog, not orphaned by G1's bookkeeping.
+func TestSharedHandleUnlockRacesLock(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		t.Parallel()
+		ctx := testCtx(t, 60*time.Second)
+		proxy := redistest.NewProxy(t, b.Addr)
+		// Renewals every 2 s keep a 6 s lease with 4 s to spare on a loaded machine (1.5 s
+		// renewed every 500 ms was lost under two CPU hogs).
+		const timeout = 6 * time.Second
+		c, _ := newClient(t, proxy.Addr(), WithWatchdogTimeout(timeout))
+		admin := b.Client(t)
+		warmScripts(t, ctx, c)
+		mu := c.Lock("shared-handle")
+		if err := mu.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		proxy.DropReplyAfter([]byte(unlockLatchPrefix))
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- mu.Unlock(ctx) }() // G1
+		eventually(t, waitFor, "release ran", func() bool { return !exists(t, admin, "shared-handle") })
+		if err := mu.Lock(ctx); err != nil { // G2, same handle
+			t.Fatal(err)
+		}
+		if err := <-unlocked; err != nil {
+			t.Fatalf("G1 Unlock: %v", err)
+		}
+		if proxy.Dropped() != 1 {
+			t.Fatalf("the proxy dropped %d replies, want 1", proxy.Dropped())
+		}
+		held := time.Now()
+		for time.Since(held) < timeout+timeout/3 { // past the TTL G2's acquisition set
+			if !exists(t, admin, "shared-handle") {
+				t.Fatalf("G2's hold expired %v after it was taken: nothing renewed it", time.Since(held))
+			}
+			time.Sleep(100 * time.Millisecond) // an expired key stays gone: no need to look more often
+		}
+		if closed(mu.Lost()) {
+			t.Fatal("Lost closed while G2's hold was kept")
+		}
+		if err := mu.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

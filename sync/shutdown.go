@@ -40,7 +40,7 @@ func (r *registry[T]) all() []T {
 
 // setCount sets how many holds the owner knows it has, keeping the Client's registry of
 // owners that hold something. Caller holds op.
-func (o *owner) setCount(n int) {
+func (o *holder) setCount(n int) {
 	if (o.count == 0) != (n == 0) && o.releaser != nil {
 		if n == 0 {
 			o.c.holders.remove(o)
@@ -100,7 +100,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 }
 
 // releaseAll releases every hold the owner knows it has, one numbered release each.
-func (o *owner) releaseAll(ctx context.Context) error {
+func (o *holder) releaseAll(ctx context.Context) error {
 	for {
 		n, err := o.holds(ctx)
 		if err != nil || n == 0 {

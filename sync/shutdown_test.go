@@ -92,7 +92,7 @@ func TestShutdownWithALocalWaiterFreesTheLock(t *testing.T) {
 		waiter := c.Lock(name)
 		waited := make(chan error, 1)
 		go func() { waited <- waiter.Lock(ctx) }()
-		eventually(t, 5*time.Second, "the waiter waits", func() bool { return c.mux.Waiters(waiter.clientCh) > 0 })
+		eventually(t, 5*time.Second, "the waiter waits", func() bool { return c.mux.Waiters(waiter.plain().clientCh) > 0 })
 		if err := c.Shutdown(ctx); err != nil {
 			t.Fatalf("Shutdown: %v", err)
 		}

@@ -30,10 +30,6 @@ type wait struct {
 	// granted, if not nil, is given each message of the channel, and takes what a release
 	// gave the waiter if the message says it granted it something (see FairLock).
 	granted func(msg string) (ok bool, err error, taken bool)
-	// also, if not nil, names after a failed attempt a further channel whose messages (by
-	// the same policy) mean the waiter may now succeed, or returns "": a plain lock's
-	// Redisson channel, once a holder was found that announces its release only there.
-	also func() string
 }
 
 // An attempter makes one attempt. ttl is in ms, negative when unknown: on failure, when the
@@ -43,7 +39,7 @@ type attempter interface {
 	attempt(ctx context.Context) (ttl int64, ok bool, err error)
 }
 
-// acquire is how every blocking primitive takes what it waits for (REDISSON-LAYOUT §2.3):
+// acquire is how every blocking primitive takes what it waits for (docs/redisson-interop.md):
 // attempt; on failure register on the channel (before the attempt, if it is subscribed
 // already) and alternate waiting and attempting.
 //
@@ -54,9 +50,10 @@ type attempter interface {
 // waiter still re-checks by the channel's hint (when the holder's lease runs out, which no
 // message announces) and makes at least one attempt before a deadline ends its wait.
 func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
+	start := time.Now()
 	var deadline time.Time
 	if w.limit > 0 {
-		deadline = time.Now().Add(w.limit)
+		deadline = start.Add(w.limit)
 	}
 	if w.join {
 		if sub, hint := c.mux.Join(w.channel); sub != nil {
@@ -90,11 +87,24 @@ func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 		return ok, err
 	}
 	if sub == nil {
-		if sub, err = c.mux.Subscribe(w.channel, w.policy); err != nil {
-			return false, c.waitEnded(err)
-		}
+		return c.waitAfter(ctx, w, start, ttl)
 	}
 	hint(sub, ttl)
+	return c.await(ctx, w, sub, deadline, ttl, true)
+}
+
+// waitAfter is acquire for a wait whose first attempt, made at start on a channel not yet
+// subscribed, failed with ttl: it subscribes and waits.
+func (c *Client) waitAfter(ctx context.Context, w wait, start time.Time, ttl int64) (bool, error) {
+	sub, err := c.mux.Subscribe(w.channel, w.policy)
+	if err != nil {
+		return false, c.waitEnded(err)
+	}
+	hint(sub, ttl)
+	var deadline time.Time
+	if w.limit > 0 {
+		deadline = start.Add(w.limit)
+	}
 	return c.await(ctx, w, sub, deadline, ttl, true)
 }
 
@@ -113,7 +123,7 @@ func (c *Client) waitEnded(err error) error {
 	return fmt.Errorf("dsync: waiting stopped: %w", err)
 }
 
-// await alternates waiting on sub (and on the channel w.also names) and attempting. A wait
+// await alternates waiting on sub and attempting. A wait
 // ends at the first of: a wake-up from a channel (a release message, or the subscription
 // being confirmed, so nothing published before the subscription is missed), the holder's
 // TTL (a lost message costs latency, never liveness), the deadline, ctx, Close or the
@@ -122,12 +132,6 @@ func (c *Client) waitEnded(err error) error {
 // makes one attempt if it had none.
 func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool) (bool, error) {
 	defer sub.Close()
-	var also *pubsub.Waiter // on the channel w.also named, once it named one
-	defer func() {
-		if also != nil {
-			also.Close()
-		}
-	}()
 	h := w.heir
 	var verdicts <-chan verdict
 	if h != nil {
@@ -147,18 +151,6 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			}
 			d = max(min(d, left), 0)
 		}
-		var alsoC <-chan struct{}
-		if also == nil && w.also != nil {
-			if name := w.also(); name != "" {
-				var err error
-				if also, err = c.mux.Subscribe(name, w.policy); err != nil {
-					return h.leave(ctx, c.waitEnded(err))
-				}
-			}
-		}
-		if also != nil {
-			alsoC = also.C()
-		}
 		timer.Reset(d)
 		var woken *pubsub.Waiter // the registration whose signal woke the waiter
 		var v *verdict           // what a release that reserved the heir did
@@ -170,8 +162,6 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 					return ok, err
 				}
 			}
-		case <-alsoC:
-			woken = also
 		case <-timer.C:
 		case got := <-verdicts:
 			v = &got
@@ -275,7 +265,7 @@ type heir struct {
 	// more, a semaphore's: its latest attempt found permits (or may have), too few for it
 	// (see acquirePermits).
 	more    atomic.Bool
-	o       *owner        // a lock's: its owner
+	o       *holder       // a lock's: its owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
 	attempt attempter // the wait's own attempt
@@ -429,3 +419,13 @@ func (h *heir) leave(ctx context.Context, err error) (bool, error) {
 type attemptFunc func(ctx context.Context) (int64, bool, error)
 
 func (f attemptFunc) attempt(ctx context.Context) (int64, bool, error) { return f(ctx) }
+
+// keepAlive shortens a waiter's wait hint (ms, negative: unknown) so that it attempts
+// again within a third of the fair wait time: a place in a fair lock's queue, or a waiting
+// writer's claim, lapses a wait time after its last attempt.
+func (c *Client) keepAlive(ttl int64) int64 {
+	if every := c.fairWait.Milliseconds() / 3; ttl < 0 || ttl > every {
+		return every
+	}
+	return ttl
+}

@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,8 +30,8 @@ func heldWithWaiter(t *testing.T, ctx context.Context, c *Client, name string) (
 	t.Cleanup(cancel)
 	result := make(chan error, 1)
 	go func() { result <- c.Lock(name).Lock(otherCtx) }()
-	eventually(t, waitFor, "other handle waiting", func() bool { return c.mux.Waiters(holder.clientCh) == 1 })
-	subscribed(t, c, holder.clientCh)
+	eventually(t, waitFor, "other handle waiting", func() bool { return c.mux.Waiters(holder.plain().clientCh) == 1 })
+	subscribed(t, c, holder.plain().clientCh)
 	return holder, result
 }
 
@@ -178,6 +179,69 @@ func TestJoinedTryLockAttemptsBeforeGivingUp(t *testing.T) {
 			})})
 		if !ok || err != nil || calls != 1 {
 			t.Fatalf("joined TryLock with a 1ns wait: %v, %v after %d attempts; want true after 1", ok, err, calls)
+		}
+	})
+}
+
+// A waiter that takes the only wake-up of a release and then cannot use it (its attempt
+// fails: a context that ended, a broken connection) passes it on: the other local waiter
+// takes the free lock at once, not at its TTL re-check 30 s later. The attempts are scripted,
+// so the interleaving is exact: B is the oldest waiter, so the release message goes to B; C
+// queues behind B without attempting.
+func TestWakeUpPassedOnWhenWokenWaiterFails(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 60*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		const channel = "redisson_lock__channel:{wake-pass}"
+		const holderTTL = 30000 // ms: the re-check a lost wake-up would fall back to
+		var released atomic.Bool
+		var bCalls, cCalls atomic.Int32
+		bDone, cDone := make(chan error, 1), make(chan error, 1)
+		go func() {
+			_, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: -1, join: true,
+				attempt: attemptFunc(func(context.Context) (int64, bool, error) {
+					if bCalls.Add(1) <= 2 {
+						return holderTTL, false, nil // the first try, and the one after subscribing
+					}
+					return 0, false, errors.New("B cannot use its wake-up")
+				})})
+			bDone <- err
+		}()
+		eventually(t, waitFor, "B subscribed and re-attempted", func() bool { return bCalls.Load() == 2 })
+		go func() {
+			ok, err := c.acquire(ctx, wait{channel: channel, policy: pubsub.LockPolicy, limit: -1, join: true,
+				attempt: attemptFunc(func(context.Context) (int64, bool, error) {
+					cCalls.Add(1)
+					if released.Load() {
+						return 0, true, nil
+					}
+					return holderTTL, false, nil
+				})})
+			if err == nil && !ok {
+				err = errors.New("C gave up")
+			}
+			cDone <- err
+		}()
+		eventually(t, waitFor, "C queued behind B", func() bool { return c.mux.Waiters(channel) == 2 })
+		if n := cCalls.Load(); n != 0 {
+			t.Fatalf("C attempted %d times before any release: it should queue behind B", n)
+		}
+
+		released.Store(true)
+		if err := rdb.Do(ctx, rdb.B().Publish().Channel(channel).Message("0").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-bDone; err == nil {
+			t.Fatal("B: want its attempt's error")
+		}
+		select {
+		case err := <-cDone:
+			if err != nil {
+				t.Fatalf("C: %v", err)
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("C still waiting %v after the release (its re-check is 30 s away): the only wake-up died with B", waitFor)
 		}
 	})
 }

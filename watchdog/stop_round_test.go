@@ -34,7 +34,7 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 		}}
 		const timeout = 3 * time.Second
 		const lease = 100 * time.Millisecond
-		const key, owner = "review:stale", "f8c1b4e2-0000-4000-8000-000000000001:1"
+		const key, owner = "stop-round:stale", "f8c1b4e2-0000-4000-8000-000000000001:1"
 		w := newWatchdog(t, Options{Timeout: timeout})
 		acquire := func(ms string) time.Time {
 			sent := time.Now()

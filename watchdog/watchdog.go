@@ -1,7 +1,7 @@
 // Package watchdog keeps the leases of held locks alive and says at once when one is lost.
 //
 // One Watchdog runs one goroutine for any number of leases. A kept lease is renewed every
-// Timeout/3 by batched scripts (at most BatchSize locks each, on a Cluster never mixing hash slots, all
+// Timeout/3 by batched scripts (at most 100 locks each, on a Cluster never mixing hash slots, all
 // batches of a round pipelined); a renewal that finds the lock gone closes the lease's Lost
 // channel at once, and a renewal that fails is retried until the lease's deadline, when the
 // lease is reported lost. A watched lease (a lock taken with an explicit lease) is never
@@ -50,12 +50,12 @@ type RenewFunc func(ctx context.Context, lease time.Duration, batches []Batch) [
 type Options struct {
 	// Timeout is the lease a renewal sets; renewals run every Timeout/3. Required.
 	Timeout time.Duration
-	// BatchSize caps the leases per renewal script; 0 means 100.
-	BatchSize int
+	// batchSize caps the leases per renewal script; 0 means 100 (tests make it small).
+	batchSize int
 	// Logger receives lost leases and failed renewals; nil means no logging.
 	Logger *zap.Logger
 	// Cluster says the keys live on a Redis Cluster, where one script's keys must share a
-	// hash slot: batches are then made per slot. Elsewhere a round is BatchSize leases a
+	// hash slot: batches are then made per slot. Elsewhere a round is 100 leases a
 	// script, whatever their slots.
 	Cluster bool
 }
@@ -122,7 +122,7 @@ func New(opts Options) (*Watchdog, error) {
 	if opts.Timeout <= 0 {
 		return nil, errors.New("watchdog: Timeout must be > 0")
 	}
-	batch := opts.BatchSize
+	batch := opts.batchSize
 	if batch <= 0 {
 		batch = 100
 	}
@@ -154,7 +154,6 @@ func New(opts Options) (*Watchdog, error) {
 }
 
 // Timeout returns the lease that renewals set.
-func (w *Watchdog) Timeout() time.Duration { return w.timeout }
 
 // Start registers a lease of kind (not nil) on key for owner: a command sent at sent set its TTL to ttl (keep:
 // to the watchdog timeout, and the lease is renewed by kind's Renew every Timeout/3; else it
@@ -448,7 +447,7 @@ type renewal struct {
 
 // startRound sends one round of renewals on its own goroutine, so that deadlines keep being
 // timed while Redis is slow. Leases are grouped by kind (and on a Cluster by hash slot) into
-// batches of at most BatchSize; each kind's batches go to one call of its Renew, which pipelines them. At most
+// batches of at most 100; each kind's batches go to one call of its Renew, which pipelines them. At most
 // one round is in flight.
 func (w *Watchdog) startRound(now time.Time, due []*Lease) {
 	w.inflight = true

@@ -123,7 +123,7 @@ func (f *fake) kind(name string) *Kind { return &Kind{Name: name, Renew: f.renew
 
 // keep starts a lease renewed by the watchdog, as an acquisition without an explicit lease.
 func keep(w *Watchdog, k *Kind, key, owner string, sent time.Time) *Lease {
-	return w.Start(k, key, owner, sent, w.Timeout(), true)
+	return w.Start(k, key, owner, sent, w.timeout, true)
 }
 
 // watch starts a lease only timed, as an acquisition with an explicit lease.
@@ -181,8 +181,8 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 	w := newWatchdog(t, Options{Timeout: 7 * time.Second})
-	if got := w.Timeout(); got != 7*time.Second {
-		t.Fatalf("Timeout() = %v, want 7s", got)
+	if got := w.timeout; got != 7*time.Second {
+		t.Fatalf("timeout = %v, want 7s", got)
 	}
 }
 
@@ -532,12 +532,12 @@ func TestBatching(t *testing.T) {
 		{0, 100},
 		{7, 7},
 	} {
-		t.Run(fmt.Sprintf("BatchSize=%d", tc.batchSize), func(t *testing.T) {
+		t.Run(fmt.Sprintf("batchSize=%d", tc.batchSize), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				f := newFake(nil)
 				const timeout = 600 * time.Millisecond
-				w := newWatchdog(t, Options{Timeout: timeout, BatchSize: tc.batchSize, Cluster: true})
+				w := newWatchdog(t, Options{Timeout: timeout, batchSize: tc.batchSize, Cluster: true})
 				owners := make(map[string]string)
 				add := func(key string) {
 					owners[key] = "owner-of-" + key

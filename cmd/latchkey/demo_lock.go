@@ -122,7 +122,7 @@ func (d *demo) wake(ctx context.Context) error {
 	for range 2 {
 		select {
 		case m := <-msgs:
-			what := "Redisson's unlock message, for Java waiters; no latchkey Client listens there while one holds"
+			what := "Redisson's unlock message, 00, which Java reads as 0: for Java waiters; latchkey's waiters let it pass"
 			if m.channel != channel {
 				what = "client B's own channel: the release wakes B's client alone"
 			}

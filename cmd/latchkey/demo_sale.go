@@ -21,8 +21,9 @@ const (
 // instance is one simulated service instance: its own Redis connection and its own
 // dsync.Client, as separate processes would have.
 type instance struct {
-	rdb rueidis.Client
-	dc  *dsync.Client
+	rdb   rueidis.Client
+	dc    *dsync.Client
+	stock *dsync.Lock // the stock's lock, one handle shared by the instance's buyers
 }
 
 // buyFunc makes one purchase attempt for a buyer of inst, spending pause on the business
@@ -56,8 +57,8 @@ func (d *demo) saleWithoutLock(ctx context.Context) error {
 }
 
 func (d *demo) saleWithLock(ctx context.Context) error {
-	d.printf("The same sale, but each buyer takes its own handle c.Lock(%q) around GET/decide/SET\n", stockLockKey)
-	d.printf("(a handle is one owner: buyers sharing a handle would not exclude each other).\n")
+	d.printf("The same sale, but each buyer takes the lock around GET/decide/SET, through one handle\n")
+	d.printf("c.Lock(%q) per instance that its buyers share, as they would share a sync.Mutex.\n", stockLockKey)
 	r, err := d.sale(ctx, buyLocked)
 	if err != nil {
 		return err
@@ -103,7 +104,7 @@ func (d *demo) openInstances(n int) (insts []instance, closeAll func(), err erro
 			closeAll()
 			return nil, nil, err
 		}
-		insts = append(insts, instance{rdb: rdb, dc: dc})
+		insts = append(insts, instance{rdb: rdb, dc: dc, stock: dc.Lock(stockLockKey)})
 	}
 	return insts, closeAll, nil
 }
@@ -193,7 +194,7 @@ func buyUnguarded(ctx context.Context, inst instance, pause time.Duration) (bool
 
 // buyLocked runs the same purchase under the distributed lock, with a handle of its own.
 func buyLocked(ctx context.Context, inst instance, pause time.Duration) (sold bool, err error) {
-	l := inst.dc.Lock(stockLockKey)
+	l := inst.stock
 	if err := l.Lock(ctx); err != nil {
 		return false, err
 	}

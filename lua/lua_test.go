@@ -1,0 +1,236 @@
+package lua
+
+import (
+	"context"
+	"io/fs"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+	glua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
+)
+
+// redisGlobals are the globals Redis gives a script (Lua 5.1's base library, the libraries
+// it loads, and its own): every other name a script uses must be its own, or a helper's.
+var redisGlobals = map[string]bool{
+	"redis": true, "KEYS": true, "ARGV": true,
+	"string": true, "math": true, "table": true, "bit": true, "cjson": true, "cmsgpack": true, "struct": true,
+	"assert": true, "error": true, "ipairs": true, "next": true, "pairs": true, "pcall": true, "rawequal": true,
+	"rawget": true, "rawset": true, "select": true, "tonumber": true, "tostring": true, "type": true,
+	"unpack": true, "xpcall": true, "getmetatable": true, "setmetatable": true,
+}
+
+// globals are the global names src reads and writes, as Lua 5.1 compiles it: a helper a
+// script lacks is one of them.
+func globals(t *testing.T, name, src string) (read, written []string) {
+	t.Helper()
+	chunk, err := parse.Parse(strings.NewReader(src), name)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	proto, err := glua.Compile(chunk, name)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	seen := map[string]bool{}
+	var walk func(p *glua.FunctionProto)
+	walk = func(p *glua.FunctionProto) {
+		for _, inst := range p.Code {
+			op := int(inst >> 26) // gopher-lua's layout: opcode, A, then Bx in the low 18 bits
+			if op != glua.OP_GETGLOBAL && op != glua.OP_SETGLOBAL {
+				continue
+			}
+			g := p.Constants[inst&0x3ffff].String()
+			if op == glua.OP_SETGLOBAL {
+				written = append(written, g)
+			} else if !seen[g] {
+				seen[g] = true
+				read = append(read, g)
+			}
+		}
+		for _, f := range p.FunctionPrototypes {
+			walk(f)
+		}
+	}
+	walk(proto)
+	sort.Strings(read)
+	return read, written
+}
+
+// The globals check reads what it should: a global read or written, not a local, a field or
+// a string.
+func TestGlobals(t *testing.T) {
+	read, written := globals(t, "probe", `
+local function here(x) return x end
+local t = { a = 1 }
+g_set = here(t.a) .. 'quoted' .. g_read
+local function later() return g_inner(here) end
+return later`)
+	if !slices.Equal(read, []string{"g_inner", "g_read"}) || !slices.Equal(written, []string{"g_set"}) {
+		t.Fatalf("globals: read %v, written %v; want [g_inner g_read], [g_set]", read, written)
+	}
+}
+
+// Every script declares every name it uses but Redis's globals: a helper it uses is in it,
+// with the helpers that helper uses. And it carries no helper it does not use: without any
+// one of them, a name goes undeclared.
+func TestScriptsCarryTheirHelpers(t *testing.T) {
+	if len(scripts) == 0 {
+		t.Fatal("no scripts")
+	}
+	for _, s := range scripts {
+		read, written := globals(t, s.file, s.src)
+		if len(written) > 0 {
+			t.Errorf("%s sets globals %v (Redis refuses it)", s.file, written)
+		}
+		for _, g := range read {
+			if !redisGlobals[g] {
+				t.Errorf("%s uses %s, which neither it nor its helpers declare, nor Redis", s.file, g)
+			}
+		}
+		b := body(s.file)
+		hs := needs(b)
+		for i, h := range hs {
+			var src strings.Builder
+			for j, o := range hs {
+				if j != i {
+					src.WriteString(o.text)
+				}
+			}
+			src.WriteString(b)
+			if read, _ := globals(t, s.file, src.String()); !slices.Contains(read, h.name) {
+				t.Errorf("%s carries helper %s, which it does not use", s.file, h.name)
+			}
+		}
+	}
+}
+
+// Every .lua file but lib.lua is the body of one Script, and every helper is some script's.
+func TestEveryFileAndHelperIsUsed(t *testing.T) {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byFile := map[string]int{}
+	used := map[string]bool{}
+	for _, s := range scripts {
+		byFile[s.file]++
+		for _, h := range needs(body(s.file)) {
+			used[h.name] = true
+		}
+	}
+	for _, e := range entries {
+		if e.Name() != "lib.lua" && byFile[e.Name()] != 1 {
+			t.Errorf("%s is the body of %d scripts, want 1", e.Name(), byFile[e.Name()])
+		}
+	}
+	for _, h := range helpers {
+		if !used[h.name] {
+			t.Errorf("lib.lua's %s is in no script", h.name)
+		}
+	}
+}
+
+// Redis compiles every script, and knows it by the SHA it is run by.
+func TestScriptsLoad(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		c := b.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, s := range scripts {
+			sha, err := c.Do(ctx, c.B().ScriptLoad().Script(s.src).Build()).ToString()
+			if err != nil {
+				t.Errorf("SCRIPT LOAD %s: %v", s.file, err)
+			} else if sha != s.sha {
+				t.Errorf("%s: SCRIPT LOAD gave SHA %s, the script runs by %s", s.file, sha, s.sha)
+			}
+		}
+	})
+}
+
+// lib.lua's parser takes declarations and comments, and refuses anything else.
+func TestParseLib(t *testing.T) {
+	hs, err := parseLib(`-- header
+
+-- a's doc
+local function a(x)
+    -- inside
+    return x .. 'b(' -- b
+end
+local k = '1'
+local function one(z) return z end
+-- b's doc
+local function b(y)
+
+    return a(y) .. k .. c.a
+end
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range hs {
+		var uses []string
+		for u := range h.uses {
+			uses = append(uses, u)
+		}
+		sort.Strings(uses)
+		got = append(got, h.name+":"+strings.Join(uses, ","))
+	}
+	if want := []string{"a:", "k:", "one:", "b:a,k"}; !slices.Equal(got, want) {
+		t.Errorf("helpers %v, want %v", got, want)
+	}
+	if !strings.HasPrefix(hs[0].text, "local function a(x)\n") || !strings.HasSuffix(hs[0].text, "\nend\n") {
+		t.Errorf("a's text %q: want its lines from local to end", hs[0].text)
+	}
+	for _, bad := range []string{
+		"local function a()\n  return 1\n",    // no end
+		"local x = 1\nlocal x = 2\n",          // twice
+		"redis.call('del', KEYS[1])\n",        // top-level code
+		"local t = {\n  1,\n}\n",              // a constant over lines
+		"local a, b = 1, 2\n",                 // more than one name
+		"local function a()\nend\nprint(1)\n", // code after a function
+	} {
+		if _, err := parseLib(bad); err == nil {
+			t.Errorf("parseLib(%q) took it", bad)
+		}
+	}
+}
+
+// names finds the names code uses, outside comments, strings and fields.
+func TestNames(t *testing.T) {
+	got := names(`local x = a.b .. c:d() .. e..f -- g.
+--[[ h ]] i = 'j' .. "k\"l" .. [[m]] .. [=[n]=] .. 0x1f .. 1e5 .. t. o -- p.
+q()`)
+	var ids []string
+	for id := range got {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if want := []string{"a", "c", "e", "f", "i", "local", "q", "t", "x"}; !slices.Equal(ids, want) {
+		t.Errorf("names %v, want %v", ids, want)
+	}
+}
+
+// Every script's header, the comment lines it starts with, is its contract: it says what the
+// script takes (KEYS, ARGV) and replies.
+func TestHeadersAreContracts(t *testing.T) {
+	for _, s := range scripts {
+		var header strings.Builder
+		for _, line := range strings.SplitAfter(body(s.file), "\n") {
+			if !strings.HasPrefix(line, "--") {
+				break
+			}
+			header.WriteString(line)
+		}
+		for _, want := range []string{"KEYS", "ARGV", "Reply"} {
+			if !strings.Contains(header.String(), want) {
+				t.Errorf("%s: its header says nothing of %s", s.file, want)
+			}
+		}
+	}
+}

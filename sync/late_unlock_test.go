@@ -32,7 +32,14 @@ type holdProxy struct {
 	marker []byte
 	held   []heldReq
 	conns  []net.Conn
+	// stale are the client connections made before an arming with all was disarmed, with
+	// the marker they still hold requests back for (see disarm).
+	stale  map[net.Conn][]byte
+	fenced chan struct{} // closed once disarm's own connection is read (see disarm)
 }
+
+// holdFence is what disarm sends on its connection to the proxy: no Redis request starts so.
+const holdFence = "HOLDPROXY-FENCE\n"
 
 type heldReq struct {
 	server net.Conn
@@ -67,10 +74,46 @@ func (p *holdProxy) arm(marker string, all bool) {
 	p.armed, p.all, p.marker = true, all, []byte(marker)
 }
 
+// disarm stops holding requests back. After an arming with all, a request the client had
+// written by then — a send it gave up on at its deadline, which its client library may still
+// write once its connection is up, a loaded machine later — would reach Redis now, a run the
+// test took for lost: so every connection made until now goes on holding requests back for
+// that marker (a loaded run saw a release held back "in every run" free the lock). The proxy
+// learns of every such connection first: it connects to itself and waits until it has
+// accepted that connection, and with it every one made before (the listen queue is first in,
+// first out). A client's request on such a connection is held back, its connection cut, and
+// sent again on a new one, which holds nothing back.
 func (p *holdProxy) disarm() {
 	p.mu.Lock()
+	if !p.armed || !p.all {
+		p.armed = false
+		p.mu.Unlock()
+		return
+	}
+	p.fenced = make(chan struct{})
+	fenced := p.fenced
+	p.mu.Unlock()
+	fence, err := net.Dial("tcp", p.addr())
+	if err == nil {
+		_, err = fence.Write([]byte(holdFence))
+		defer fence.Close()
+	}
+	if err != nil {
+		p.t.Fatalf("holdProxy: connect to itself: %v", err)
+	}
+	select {
+	case <-fenced: // accepted, and so every connection made before it
+	case <-time.After(waitFor):
+		p.t.Fatalf("holdProxy: its own connection not read within %v", waitFor)
+	}
+	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.armed = false
+	for c, m := range p.stale {
+		if m == nil {
+			p.stale[c] = p.marker
+		}
+	}
+	p.armed, p.fenced = false, nil
 }
 
 func (p *holdProxy) accept() {
@@ -79,6 +122,12 @@ func (p *holdProxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		if p.stale == nil {
+			p.stale = make(map[net.Conn][]byte)
+		}
+		p.stale[client] = nil
+		p.mu.Unlock()
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
 			client.Close()
@@ -107,21 +156,34 @@ func (p *holdProxy) accept() {
 			// The end of what was forwarded, so that a marker split across two reads is found
 			// (a loaded machine splits writes at any point). The part of the request before it
 			// has reached Redis then, which waits for the rest: held back, it is not run.
+			const keep = 255 // longer than any marker
 			var tail []byte
-			for {
+			for first := true; ; first = false {
 				n, err := client.Read(buf)
+				if first && bytes.HasPrefix(buf[:n], []byte(holdFence)) { // disarm's own
+					p.mu.Lock()
+					delete(p.stale, client)
+					if p.fenced != nil {
+						close(p.fenced)
+						p.fenced = nil
+					}
+					p.mu.Unlock()
+					client.Close()
+					server.Close()
+					return
+				}
 				if n > 0 {
 					chunk := bytes.Clone(buf[:n])
 					p.mu.Lock()
-					hold := p.armed && bytes.Contains(append(tail, chunk...), p.marker)
-					if keep := len(p.marker) - 1; keep > 0 {
-						tail = append(tail, chunk...)
-						tail = bytes.Clone(tail[max(len(tail)-keep, 0):])
-					} else {
-						tail = nil
+					seen := append(tail, chunk...)
+					armed := p.armed && bytes.Contains(seen, p.marker)
+					stale := p.stale[client]
+					hold := armed || stale != nil && bytes.Contains(seen, stale)
+					tail = bytes.Clone(seen[max(len(seen)-keep, 0):])
+					if armed {
+						p.armed = p.all
 					}
 					if hold {
-						p.armed = p.all
 						p.held = append(p.held, heldReq{server: server, data: chunk, done: done})
 					}
 					p.mu.Unlock()
@@ -501,4 +563,66 @@ func TestRefusedSettleKeepsReleaseUnsettled(t *testing.T) {
 			t.Fatal("lock alive after its Unlock")
 		}
 	})
+}
+
+// A request written, on a connection made before the proxy was disarmed, only after it was
+// (a send its client gave up on, still written once its connection was up), is held back
+// still; one on a connection made since goes through.
+func TestHoldProxyHoldsBackLateWrites(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // the server: what reaches it
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 1024)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						got <- string(buf[:n])
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	p := newHoldProxy(t, ln.Addr().String())
+	p.arm("MARK", true)
+	early, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
+	p.disarm()
+	if _, err := early.Write([]byte("late MARK")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitFor, "the late write held back", func() bool { return p.holding() == 1 })
+	later, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
+	if _, err := later.Write([]byte("new MARK")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "new MARK" {
+			t.Fatalf("the server got %q, want only the request on the connection made since", s)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the request on a connection made since did not go through")
+	}
 }

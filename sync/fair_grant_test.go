@@ -272,8 +272,8 @@ func TestFairGrantUnlearnedTakenByLeave(t *testing.T) {
 			return b.Hset().Key(name).FieldValue().FieldValue(fairJavaOwner, "1").Build()
 		})
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(180000).Build() })
-		wc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
+		// withLeaveGrace: the leave's reply, however slow, decides the wait
+		wc, _ := newClient(t, b.Addr, append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
 		nc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		wn, nn := fairCountAttempts(wc), fairCountAttempts(nc)
 		w, next := wc.FairLock(name, Reentrant()), nc.FairLock(name, Reentrant())
@@ -667,8 +667,8 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		gate := newGateProxy(t, b.Addr)
-		wc, _ := newClient(t, gate.addr(), fairSlowRechecks...)
-		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
+		// withLeaveGrace: the leave's reply, however slow, decides the wait
+		wc, _ := newClient(t, gate.addr(), append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		w, holder, other := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
@@ -737,8 +737,8 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 		const name, maxRounds = "fair:stale-race", 500
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
-		wc, _ := newClient(t, b.Addr)
-		wc.leaveGrace = time.Minute // a cancelled wait returns once its leave has run, however slow
+		// withLeaveGrace: a cancelled wait returns once its leave has run, however slow
+		wc, _ := newClient(t, b.Addr, withLeaveGrace(time.Minute))
 		hc, _ := newClient(t, b.Addr)
 		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 		cancelled, rounds := 0, 0
@@ -808,8 +808,8 @@ func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		gate := newGateProxy(t, b.Addr)
-		wc, _ := newClient(t, gate.addr(), fairSlowRechecks...)
-		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
+		// withLeaveGrace: the leave's reply, however slow, decides the wait
+		wc, _ := newClient(t, gate.addr(), append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		xc, _ := newClient(t, b.Addr, fairSlowRechecks...)
@@ -1137,8 +1137,8 @@ func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
 		const name = "fair:late-leave"
 		ctx := testCtx(t, 20*time.Second)
 		p := newHoldProxy(t, b.Addr)
-		wc, _ := newClient(t, p.addr())
-		wc.leaveGrace = time.Minute // the wait returns once its leave has run (its repeat)
+		// withLeaveGrace: the wait returns once its leave has run (its repeat)
+		wc, _ := newClient(t, p.addr(), withLeaveGrace(time.Minute))
 		hc, _ := newClient(t, b.Addr)
 		oc, _ := newClient(t, b.Addr)
 		admin := b.Client(t)

@@ -104,7 +104,7 @@ func fairSlow(opts ...Option) []Option { return append(opts, fairSlowRechecks...
 // before c is used.
 func fairCountAttempts(c *Client) *atomic.Int64 {
 	n := new(atomic.Int64)
-	c.afterAcquire = func() { n.Add(1) }
+	hooks(c).afterAcquire.set(func([]string) { n.Add(1) })
 	return n
 }
 
@@ -480,8 +480,8 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 			done     <-chan error
 		}
 		start := func() *waiter {
-			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait), WithWatchdogTimeout(3*time.Minute))
-			c.leaveGrace = time.Minute // the wait returns once its leave has run, however slow
+			// withLeaveGrace: the wait returns once its leave has run, however slow
+			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait), WithWatchdogTimeout(3*time.Minute), withLeaveGrace(time.Minute))
 			w := &waiter{l: c.FairLock(name, Reentrant()), attempts: fairCountAttempts(c)}
 			w.ctx, w.cancel = context.WithCancel(ctx)
 			t.Cleanup(w.cancel)

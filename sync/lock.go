@@ -142,9 +142,6 @@ func (p *plainLock) releaseTo(o *holder, holds int, latch, n string, h *heir) (s
 	left := o.c.mux.Waiters(p.clientCh) > heirs
 	args := []string{strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
 		strconv.Itoa(holds), n, o.c.lockToken, flag(left), o.c.fairWaitMs}
-	if o.c.beforeRelease != nil {
-		o.c.beforeRelease()
-	}
 	if h != nil {
 		args = append(args, h.o.id, h.leaseMs)
 	}
@@ -199,9 +196,6 @@ func (p *plainLock) waitLeft(ctx context.Context, o *holder, until time.Time) {
 	if o.c.mux.Waiters(p.clientCh) != 0 {
 		wake()
 		return
-	}
-	if o.c.beforeLeave != nil {
-		o.c.beforeLeave()
 	}
 	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, p.clients, p.channel, p.listener},
 		[]string{o.c.lockToken, o.c.publishCmd, o.c.fairWaitMs}}, nil, func() {

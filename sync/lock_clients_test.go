@@ -34,7 +34,7 @@ func registered(t *testing.T, rdb rueidis.Client, name string) []string {
 // countAttempts counts c's acquire scripts that got a reply.
 func countAttempts(c *Client) *atomic.Int64 {
 	n := new(atomic.Int64)
-	c.afterAcquire = func() { n.Add(1) }
+	hooks(c).afterAcquire.set(func([]string) { n.Add(1) })
 	return n
 }
 
@@ -401,12 +401,12 @@ func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 				attempts.Load() >= 2
 		})
 		var next <-chan error
-		c.beforeLeave = func() {
-			c.beforeLeave = nil
+		hooks(c).beforeLeave.set(func([]string) {
+			hooks(c).beforeLeave.set(nil)
 			n := attempts.Load()
 			next = lockAsync(ctx, c.Lock(name))
 			eventually(t, waitFor, "the next waiter attempted", func() bool { return attempts.Load() > n })
-		}
+		})
 		leave()
 		if err := <-first; err != context.Canceled {
 			t.Fatalf("first waiter: %v, want context.Canceled", err)
@@ -447,13 +447,13 @@ func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken, x.lockToken}) &&
 				x.mux.Waiters(waitChannel(x, name)) == 1 && xAttempts.Load() >= 2
 		})
-		x.beforeRelease = func() {
-			x.beforeRelease = nil
+		hooks(x).beforeRelease.set(func([]string) {
+			hooks(x).beforeRelease.set(nil)
 			leave()
 			if err := <-w; err != context.Canceled {
 				t.Errorf("x's waiter: %v, want context.Canceled", err)
 			}
-		}
+		})
 		must(t, holder.Unlock(ctx)) // counted x's waiter, which left before it ran
 		wantResult(t, "z1", got1, waitFor)
 		got2 := lockAsync(ctx, z2C.Lock(name))

@@ -160,6 +160,7 @@ type config struct {
 	fairWait        time.Duration // 0: the watchdog timeout
 	replicas        int
 	replicaWait     time.Duration
+	leaveGrace      time.Duration // see Client.leaveBy
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog

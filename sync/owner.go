@@ -468,9 +468,6 @@ func (o *holder) attempt(ctx context.Context, lease time.Duration, r script, hol
 	// a hand-off to this owner reaching Redis even later can still hand it over; the owner
 	// adopts that at its next re-check, or it lapses with its lease.)
 	o.unsure = false
-	if o.c.afterAcquire != nil {
-		o.c.afterAcquire()
-	}
 	taken := msg.IsNil()
 	arr, aerr := msg.ToArray()
 	if aerr == nil && len(arr) == 2 { // a fenced lock's {-1, token}

@@ -41,7 +41,9 @@ func hooks(c *Client) *hookedRDB { return c.rdb.(*hookedRDB) }
 
 // A testHook is a function a test sets, and clears with nil, while a Client runs. It gets
 // the command's words: EVALSHA, the script's SHA, the number of keys, keys, arguments.
-type testHook struct{ f atomic.Pointer[func(cmd []string)] }
+type testHook struct {
+	f atomic.Pointer[func(cmd []string)]
+}
 
 func (h *testHook) set(f func(cmd []string)) {
 	if f == nil {

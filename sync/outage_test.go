@@ -123,7 +123,7 @@ func outageCases() []outageCase {
 	sem := func(call func(s *Semaphore, ctx context.Context) error) func(*testing.T, context.Context, *Client, *Client, string) (func(context.Context) error, string) {
 		return func(t *testing.T, ctx context.Context, c, _ *Client, name string) (func(context.Context) error, string) {
 			s := c.Semaphore(name) // no permits: an acquisition waits
-			return func(ctx context.Context) error { return call(s, ctx) }, s.channel
+			return func(ctx context.Context) error { return call(s, ctx) }, s.q.clientCh
 		}
 	}
 	const permitID = "00112233445566778899aabbccddeeff"

@@ -49,14 +49,17 @@ import (
 // failover) costs each waiter at most the watchdog timeout, when it checks again by itself:
 // that re-check is the only cost of waiting, one script per waiter per watchdog timeout.
 type Semaphore struct {
-	p       pool
-	channel string // redisson_sc:{name}
+	p     pool
+	q     waitingClients // waiting Clients (see lib.lua's sem_wait); q.channel is redisson_sc:{name}
+	wants string         // the permits each waiting Client's first waiter wants
 }
 
 // Semaphore returns a handle on the semaphore called name (its Redis key). It makes no
 // network call; an empty name is reported by the handle's methods.
 func (c *Client) Semaphore(name string) *Semaphore {
-	s := &Semaphore{channel: prefixName(semaphoreChannelPrefix, name)}
+	clients := suffixName(name, "sem_clients")
+	s := &Semaphore{q: newWaitingClients(c, prefixName(semaphoreChannelPrefix, name), clients, semaphoreForward),
+		wants: clients + ":wants"}
 	s.p.init(c, name, "semaphore")
 	return s
 }
@@ -116,7 +119,7 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
 	o := &s.p.owner
 	return s.p.request(ctx, func(latch, req string) script {
-		return script{lua.SemSet, []string{o.name, latch, s.channel},
+		return script{lua.SemSet, []string{o.name, latch, s.q.channel, s.q.clients, s.wants},
 			[]string{mode, strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
 	}, nil)
 }
@@ -145,7 +148,7 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 		return err
 	}
 	c := s.p.c
-	if c.heirs.give(s.channel, n, c.maxHandoff) {
+	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
 		return nil
 	}
 	return s.add(ctx, n)
@@ -157,7 +160,7 @@ func (s *Semaphore) add(ctx context.Context, n int) error {
 		return err
 	}
 	_, err := s.p.request(context.WithoutCancel(ctx), func(latch, req string) script {
-		return script{lua.SemRelease, []string{o.name, latch, s.channel},
+		return script{lua.SemRelease, []string{o.name, latch, s.q.channel, s.q.clients, s.wants},
 			[]string{strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
 	}, nil)
 	return err
@@ -210,20 +213,71 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOpt
 // come one by one (see acquirePermits).
 func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload), 1) }
 
+// semaphoreForward is semaphorePolicy for what the listener hears on Redisson's channel:
+// only what Java publishes, not latchkey's totals (with a leading 0), which woke a Client
+// already (see lib.lua's offer).
+func semaphoreForward(payload string) int {
+	if len(payload) > 1 && payload[0] == '0' {
+		return 0
+	}
+	return semaphorePolicy(payload)
+}
+
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
 	c := s.p.c
 	var h *heir
 	if limit != 0 && c.maxHandoff > 0 {
-		h = &heir{key: s.channel, permits: n}
+		h = &heir{key: s.q.channel, permits: n}
 	}
+	var reg registration // what the last attempt did to the Client's registration
+	attempts, first := 0, false
 	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
-		ok, more, err := s.attempt(ctx, n)
+		ok, more, r, err := s.attempt(ctx, n, limit != 0)
+		reg, attempts = r, attempts+1
+		first = first || attempts == 1 && ok
 		if h != nil {
 			h.more.Store(more)
 		}
-		return -1, ok, err
+		return c.keepAlive(-1), ok, err
 	})
-	return c.acquirePermits(ctx, s.channel, limit, h, a)
+	ok, err := c.acquirePermits(ctx, s.q.clientCh, limit, h, a)
+	// A wait that waited may have had the Client registered, by its attempts or others'.
+	waited := limit != 0 && !first
+	switch waiters := c.mux.Waiters(s.q.clientCh); {
+	case waited && reg != registrationDropped && waiters == 0:
+		s.leave(ctx, c.leaveBy(ctx, err))
+	case reg == registrationDropped && waiters > 0:
+		// The take dropped it, counting no other waiter: one came meanwhile, and attempts
+		// to register the Client again.
+		c.mux.Wake(s.q.clientCh)
+	}
+	return ok, err
+}
+
+// registration is what an attempt did to its Client's registration as a waiter.
+type registration int
+
+const (
+	registrationNone    registration = iota // not a registering attempt, or no reply
+	registrationKept                        // registered, or kept for the Client's other waiters
+	registrationDropped                     // it took, and dropped the registration
+)
+
+// leave drops the Client's registration, and its listening, once its last waiter is gone
+// with the registration kept (see lib.lua's sem_leave), awaited until until at most; then a
+// waiter that came meanwhile attempts, to register again.
+func (s *Semaphore) leave(ctx context.Context, until time.Time) {
+	c := s.p.c
+	if !until.IsZero() {
+		lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
+		_, _ = c.exec(lctx, lua.SemLeave, []string{s.p.name, s.q.clients, s.wants, s.q.listener},
+			[]string{c.lockToken, c.publishCmd, c.fairWaitMs})
+		cancel()
+	}
+	if c.mux.Waiters(s.q.clientCh) == 0 {
+		c.mux.Unforward(s.q.channel)
+	}
+	c.mux.Wake(s.q.clientCh)
 }
 
 // acquirePermits is how both semaphores wait for permits, up to limit (0: one attempt;
@@ -252,34 +306,54 @@ func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.
 // Client's next waiter: its turn. One that leaves none does not: with no lease to end, only
 // a release, whose message wakes the next waiter, can serve it. Permits taken that too few
 // replicas confirmed (WithSyncReplicas) are given back, and the error says so.
-func (s *Semaphore) attempt(ctx context.Context, n int) (ok, more bool, err error) {
+func (s *Semaphore) attempt(ctx context.Context, n int, waiting bool) (ok, more bool, reg registration, err error) {
 	o := &s.p.owner
+	registers, others, listens := false, false, false
+	defer func() {
+		switch {
+		case !registers || err != nil:
+			return
+		case !ok || others:
+			reg = registrationKept
+		default:
+			reg = registrationDropped
+		}
+		s.q.heard(o.c, listens, ok, others)
+	}()
 	msg, err := s.p.request(ctx, func(latch, req string) script {
-		return script{lua.SemAcquire, []string{o.name, latch, s.channel},
-			[]string{strconv.Itoa(n), req, unlockLatchMs, "0", o.c.publishCmd}}
+		keys := []string{o.name, latch, s.q.channel, s.q.clients, s.wants, s.q.listener}
+		args := []string{strconv.Itoa(n), req, unlockLatchMs, "0", o.c.publishCmd}
+		// Registered only once its channel is subscribed: a wake sent to a Client not
+		// subscribed yet would reach nobody.
+		if registers = waiting && o.c.mux.Subscribed(s.q.clientCh); registers {
+			others = o.c.mux.Waiters(s.q.clientCh) > 1
+			args = append(args, o.c.lockToken, o.c.fairWaitMs, flag(others))
+		}
+		return script{lua.SemAcquire, keys, args}
 	}, func(args []string) []string {
 		args[3] = "1" // repeated as a cancel: the caller was told the permits are not its
 		return args
 	})
 	if errors.Is(err, ErrNotReplicated) {
-		return false, true, err // withdrawn: whatever it took is given back
+		return false, true, 0, err // withdrawn: whatever it took is given back
 	}
 	if err != nil {
-		return false, false, err
+		return false, false, 0, err
 	}
 	if msg.IsNil() {
-		return false, true, nil // a repeat of an attempt that failed: what it found is not known
+		return false, true, 0, nil // a repeat of an attempt that failed: what it found is not known
 	}
-	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) == 1 {
+	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) > 0 {
+		listens = len(arr) == 2
 		avail, err := arr[0].AsInt64()
-		return false, avail > 0, o.wrap(err)
+		return false, avail > 0, 0, o.wrap(err)
 	}
 	left, err := msg.AsInt64()
 	if err != nil {
-		return false, false, o.wrap(err)
+		return false, false, 0, o.wrap(err)
 	}
 	if left != 0 {
-		o.c.mux.Wake(s.channel)
+		o.c.mux.Wake(s.q.clientCh)
 	}
-	return true, false, nil
+	return true, false, 0, nil
 }

@@ -101,7 +101,7 @@ func (h *hookedRDB) after(cmd []string, r rueidis.RedisResult) {
 		return
 	}
 	switch cmd[1] {
-	case lua.LockAcquire.SHA(), lua.FairAcquire.SHA(), lua.ReadAcquire.SHA(), lua.WriteAcquire.SHA():
+	case lua.LockAcquire.SHA(), lua.FairAcquire.SHA(), lua.ReadAcquire.SHA(), lua.WriteAcquire.SHA(), lua.SemAcquire.SHA():
 		h.afterAcquire.run(cmd)
 	}
 }

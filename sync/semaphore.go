@@ -39,15 +39,16 @@ import (
 // one waits behind a large one that cannot be served yet. (TryAcquire without WaitTime makes
 // its one attempt regardless.) A Release hands its permits straight to the Client's
 // longest-waiting waiter, if that one waits for as many, with no request to Redis at all —
-// up to WithLocalHandoff times in a row; then the permits go back to Redis. Across Clients
-// and Java processes there is no order: a release to Redis wakes the longest-waiting waiter
-// of every Client, and they race for the permits, as Redisson's waiters do.
+// up to WithLocalHandoff times in a row; then the permits go back to Redis. A release to
+// Redis wakes one other Client, the first registered whose first waiter the permits can
+// serve, and Java's waiters, which race it as Redisson's waiters race each other.
 //
 // A handle is safe for concurrent use, and concurrent calls on it do not wait for each
-// other: share one per process (or per Client) rather than making one per call. A release
-// message that never arrives (a Java process publishing with another pub/sub mode, a
-// failover) costs each waiter at most the watchdog timeout, when it checks again by itself:
-// that re-check is the only cost of waiting, one script per waiter per watchdog timeout.
+// other: share one per process (or per Client) rather than making one per call. A wake
+// that never arrives (a Java process publishing with another pub/sub mode, a failover)
+// costs a Client's first waiter at most a third of the fair wait time
+// (WithFairLockWaitTimeout, by default the watchdog timeout), when it checks again by
+// itself, which also keeps its Client's registration alive: one script per third.
 type Semaphore struct {
 	p     pool
 	q     waitingClients // waiting Clients (see lib.lua's sem_wait); q.channel is redisson_sc:{name}

@@ -8,6 +8,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/yuin/gopher-lua v1.1.1
 	go.uber.org/zap v1.28.0
+	golang.org/x/term v0.45.0
 )
 
 require (

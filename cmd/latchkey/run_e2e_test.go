@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // Ten runners increment a counter in a file with a read, a pause and a write: without
@@ -296,4 +295,3 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 		t.Error("the lock went to the runner that was stopped while waiting")
 	}
 }
-

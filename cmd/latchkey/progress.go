@@ -66,7 +66,7 @@ func startProgress(ctx context.Context, s *session, o runOptions, stderr io.Writ
 
 // progressText is one progress line: what is waited for, how long, and what holds it.
 func progressText(waited time.Duration, o runOptions, clientID string, st state, err error) string {
-	parts := []string{fmt.Sprintf("latchkey: waiting %s for %s", waited.Truncate(100*time.Millisecond), o.what())}
+	parts := []string{fmt.Sprintf("latchkey: waiting %s for %s", elapsedText(waited), o.what())}
 	if err != nil {
 		return strings.Join(append(parts, "state unknown: "+err.Error()), " · ")
 	}
@@ -95,6 +95,15 @@ func progressText(waited time.Duration, o runOptions, clientID string, st state,
 		parts = append(parts, fmt.Sprintf("%d of %d permits free", *st.Available, total))
 	}
 	return strings.Join(parts, " · ")
+}
+
+// elapsedText shows a time waited: tenths of a second for the first minute, so the line
+// keeps its width while it counts, whole seconds after.
+func elapsedText(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return d.Round(time.Second).String()
 }
 
 // msText shows a count of milliseconds as a duration rounded for reading.

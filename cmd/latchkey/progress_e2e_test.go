@@ -132,4 +132,3 @@ func TestProgressOnlyOnTerminal(t *testing.T) {
 		t.Errorf("stderr not a terminal got %q", s)
 	}
 }
-

@@ -165,3 +165,17 @@ func contains(buf *syncBuffer, want string) func() error {
 		return nil
 	}
 }
+
+// subscribed waits until channel has one subscriber.
+func subscribed(t *testing.T, rdb rueidis.Client, channel string) {
+	t.Helper()
+	eventually(t, e2eTimeout, channel+" subscribed", func() error {
+		r, err := rdb.Do(context.Background(), rdb.B().PubsubNumsub().Channel(channel).Build()).ToArray()
+		if err == nil {
+			if n, _ := r[1].AsInt64(); n != 1 {
+				err = fmt.Errorf("%d subscribers", n)
+			}
+		}
+		return err
+	})
+}

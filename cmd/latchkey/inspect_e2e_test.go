@@ -227,19 +227,8 @@ func TestInspectJSON(t *testing.T) {
 				t.Fatal(err)
 			}
 			background(t, func(ctx context.Context) { _ = c2.CountDownLatch("C").Await(ctx) })
-			subscribed := func(channel string) {
-				eventually(t, e2eTimeout, channel+" subscribed", func() error {
-					r, err := rdb.Do(ctx, rdb.B().PubsubNumsub().Channel(channel).Build()).ToArray()
-					if err == nil {
-						if n, _ := r[1].AsInt64(); n != 1 {
-							err = fmt.Errorf("%d subscribers", n)
-						}
-					}
-					return err
-				})
-			}
-			subscribed("redisson_sc:{S}")
-			subscribed("redisson_countdownlatch__channel__{C}")
+			subscribed(t, rdb, "redisson_sc:{S}")
+			subscribed(t, rdb, "redisson_countdownlatch__channel__{C}")
 			got := inspectJSON(t, url, "S", "C", "N", "nothing")
 			if s := got[0]; s.Kind != kindSemaphore || s.Available == nil || *s.Available != 0 || s.Count != nil {
 				t.Errorf("S: kind %q available %v count %v, want semaphore with 0 available", s.Kind, s.Available, s.Count)

@@ -12,8 +12,9 @@ import (
 )
 
 // onTerminal starts latchkey with args on a pseudo-terminal of 200 columns (wide enough
-// for a whole progress line) and returns what the terminal shows, as it comes.
-func onTerminal(t *testing.T, url string, args ...string) (*syncBuffer, func() int) {
+// for a whole progress line) and returns what the terminal shows, as it comes, where to type,
+// and a func that waits for the exit status.
+func onTerminal(t *testing.T, url string, args ...string) (*syncBuffer, io.Writer, func() int) {
 	t.Helper()
 	cmd := latchkeyCmd(t, url, args...)
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 200})
@@ -33,7 +34,7 @@ func onTerminal(t *testing.T, url string, args ...string) (*syncBuffer, func() i
 		return code
 	}
 	t.Cleanup(func() { _ = tty.Close() })
-	return out, wait
+	return out, tty, wait
 }
 
 // The live line while waiting shows the time waited, the holder and its lease, the place
@@ -72,7 +73,7 @@ func TestProgressOnTerminal(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			out, wait := onTerminal(t, url, append(append([]string{"run"}, tt.args...), "--", "sh", "-c", "echo ran")...)
+			out, _, wait := onTerminal(t, url, append(append([]string{"run"}, tt.args...), "--", "sh", "-c", "echo ran")...)
 			for _, want := range tt.want {
 				eventually(t, e2eTimeout, "the progress line", contains(out, want))
 			}
@@ -105,7 +106,7 @@ func TestProgressOnlyOnTerminal(t *testing.T) {
 	queued := func(n int64) {
 		count(t, rdb, "queued waiters", n, func(b rueidis.Builder) rueidis.Completed { return b.Llen().Key("redisson_lock_queue:{q}").Build() })
 	}
-	quiet, waitQuiet := onTerminal(t, url, "run", "--lock", "q", "--fair", "--quiet", "--", "true")
+	quiet, _, waitQuiet := onTerminal(t, url, "run", "--lock", "q", "--fair", "--quiet", "--", "true")
 	queued(1)
 	piped := latchkeyCmd(t, url, "run", "--lock", "q", "--fair", "--", "true")
 	var stderr syncBuffer

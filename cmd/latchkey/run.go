@@ -34,7 +34,7 @@ found; 128+n when latchkey got signal n while waiting; 1 for latchkey's own fail
 (Redis unreachable); 2 for a bad command line.`,
 	examples: []string{
 		"latchkey run --lock nightly-report --wait 0 -- /usr/local/bin/report   # cron: skip if running elsewhere",
-		"latchkey run --lock db-migrate --fenced -- ./migrate --token-from-env  # LATCHKEY_TOKEN set",
+		"latchkey run --lock db-migrate --fenced -- ./migrate.sh                # it gets $LATCHKEY_TOKEN",
 		"latchkey run --semaphore batch --permits 5 --wait 10m -- ./step.sh      # five at a time",
 		"latchkey run --read config --lease 10s -- ./read-config.sh",
 	},

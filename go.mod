@@ -9,10 +9,8 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/yuin/gopher-lua v1.1.1
 	go.uber.org/zap v1.28.0
+	golang.org/x/sys v0.47.0
 	golang.org/x/term v0.45.0
 )
 
-require (
-	go.uber.org/multierr v1.10.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
-)
+require go.uber.org/multierr v1.10.0 // indirect

@@ -133,3 +133,33 @@ func TestProgressOnlyOnTerminal(t *testing.T) {
 		t.Errorf("stderr not a terminal got %q", s)
 	}
 }
+
+// On a terminal the command has the foreground: it reads what is typed, and Ctrl-C reaches
+// it (once); either way the lock is released when it exits.
+func TestRunCommandOwnsTerminal(t *testing.T) {
+	t.Parallel()
+	url, rdb := server(t)
+	t.Run("reads", func(t *testing.T) {
+		out, tty, wait := onTerminal(t, url, "run", "--lock", "tty", "--", "sh", "-c", `read a; echo "got $a"`)
+		if _, err := io.WriteString(tty, "hello\n"); err != nil {
+			t.Fatal(err)
+		}
+		if code := wait(); code != 0 || !strings.Contains(out.String(), "got hello") {
+			t.Errorf("exit status %d, terminal %q; want 0 and the line read", code, out.String())
+		}
+	})
+	t.Run("Ctrl-C", func(t *testing.T) {
+		out, tty, wait := onTerminal(t, url, "run", "--lock", "tty", "--", "sh", "-c",
+			`trap 'echo interrupted; exit 9' INT; echo ready; while :; do sleep 0.1; done`)
+		eventually(t, e2eTimeout, "the command started", contains(out, "ready"))
+		if _, err := io.WriteString(tty, "\x03"); err != nil {
+			t.Fatal(err)
+		}
+		if code := wait(); code != 9 || strings.Count(out.String(), "interrupted") != 1 {
+			t.Errorf("exit status %d, terminal %q; want the command's 9 after one interruption", code, out.String())
+		}
+	})
+	if exists(t, rdb, "tty") {
+		t.Error("the lock is still held")
+	}
+}

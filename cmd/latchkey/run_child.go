@@ -15,6 +15,7 @@ import (
 type child struct {
 	cmd  *exec.Cmd
 	done chan error // the command's Wait, once it has started
+	tty  int        // the terminal the command has the foreground of, or -1
 }
 
 // startChild starts args with env added to latchkey's environment. It returns the status
@@ -23,8 +24,9 @@ func startChild(args []string, env []string, stdout, stderr io.Writer) (*child, 
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = childAttr()
-	c := &child{cmd: cmd, done: make(chan error, 1)}
+	tty := foregroundTTY()
+	cmd.SysProcAttr = childAttr(tty)
+	c := &child{cmd: cmd, done: make(chan error, 1), tty: tty}
 	started := make(chan error, 1)
 	go func() {
 		// Linux's parent-death signal follows the thread that started the child: keep that
@@ -39,6 +41,7 @@ func startChild(args []string, env []string, stdout, stderr io.Writer) (*child, 
 		c.done <- cmd.Wait()
 	}()
 	if err := <-started; err != nil {
+		restoreForeground(tty) // the child may have taken it before its exec failed
 		code := exitCannotExec
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = exitNotFound
@@ -79,6 +82,7 @@ func (c *child) supervise(sigs <-chan os.Signal, lost <-chan struct{}, grace tim
 	for {
 		select {
 		case err := <-c.done:
+			restoreForeground(c.tty)
 			return wasLost, err
 		case sig := <-sigs:
 			if s, ok := sig.(syscall.Signal); ok {

@@ -22,7 +22,8 @@ latch), its holders and hold counts, TTLs, a fair lock's queue with each waiter'
 a read-write lock's readers and their read holds' TTLs, a semaphore's available permits and
 acquired permit IDs with their expiries, a latch's count.
 
-A free lock leaves no key behind: its kind shows as none. A semaphore and a countdown latch
+A free lock leaves no key behind: its kind shows as none; a fair lock shows as fair_lock
+only while it has waiters, as a plain lock otherwise. A semaphore and a countdown latch
 are both a number under the name: the kind says which only when someone waits on it, and
 is semaphore_or_latch otherwise. Times in --json are epoch milliseconds, durations
 milliseconds; a TTL of -1 means the key has none.`,

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"os"
 	"strings"
 	"testing"
 )
@@ -64,6 +66,9 @@ func TestSemaphoreCommand(t *testing.T) {
 	r := latchkey(t, url, "run", "--semaphore", "gate", "--permits", "9", "--", "sh", "-c", `"$0" semaphore gate available`, binary)
 	if r.code != 0 || r.stdout != "0\n" {
 		t.Errorf("available while running: exit status %d, stdout %q; want 0, \"0\\n\"; stderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, `semaphore "gate" has 1 permits in all, not --permits 9`) {
+		t.Errorf("no warning that --permits differs from the semaphore's:\n%s", r.stderr)
 	}
 	if r := latchkey(t, url, "semaphore", "gate", "available"); r.stdout != "1\n" {
 		t.Errorf("available after the run: %q, want 1", r.stdout)
@@ -128,6 +133,36 @@ func TestUnlockAsksOnTerminal(t *testing.T) {
 		}
 		if held := exists(t, rdb, "asked"); held != (answer == "n") {
 			t.Errorf("answer %s: lock held afterwards %v", answer, held)
+		}
+	}
+}
+
+// --watch prints again every interval until interrupted, one JSON document a line with --json.
+func TestInspectWatch(t *testing.T) {
+	t.Parallel()
+	url, rdb := server(t)
+	var stdout syncBuffer
+	watch := latchkeyCmd(t, url, "inspect", "--watch", "--json", "--interval", "100ms", "w")
+	watch.Stdout = &stdout
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e2eTimeout, "a first print", contains(&stdout, `"kind":"none"`))
+	c := dsyncClient(t, rdb)
+	if err := c.Lock("w").Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, e2eTimeout, "a print after the change", contains(&stdout, `"kind":"lock"`))
+	if err := watch.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCodeOf(t, watch.Wait()); code != 0 {
+		t.Errorf("exit status %d after an interrupt, want 0", code)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var states []state
+		if err := json.Unmarshal([]byte(line), &states); err != nil || len(states) != 1 || states[0].Name != "w" {
+			t.Errorf("line %d is not a document of name w: %q (%v)", i+1, line, err)
 		}
 	}
 }

@@ -21,8 +21,9 @@ var runSpec = spec{
 	about: `Takes the lock (or permit), runs CMD while holding it, and releases it when CMD exits,
 whatever the cause. The lease is renewed every third of --lease while CMD runs, so a
 latchkey killed with -9 frees the lock at most --lease later (and the kernel kills CMD with
-it, on Linux). Signals sent to latchkey (INT, TERM, HUP, QUIT, USR1, USR2) are passed on to
-CMD's process group. Should the lease be lost while CMD runs (the key deleted, Redis
+it, on Linux). CMD runs in a process group of its own: signals sent to latchkey (INT,
+TERM, HUP, QUIT, USR1, USR2) are passed on to it, and on a terminal it has the foreground
+(it reads the terminal and gets Ctrl-C). Should the lease be lost while CMD runs (the key deleted, Redis
 unreachable for longer than the lease), CMD gets SIGTERM, and SIGKILL after --grace.
 
 While it waits, and stderr is a terminal, a live line shows the time waited, the holder,
@@ -109,7 +110,7 @@ func parseRun(args []string, stderr io.Writer) (runOptions, []string, error) {
 	fs.BoolVar(&o.fair, "fair", false, "with --lock: a fair lock, granted in the order asked for")
 	fs.BoolVar(&o.fenced, "fenced", false, "with --lock: a fenced lock; CMD gets its token as $"+envToken)
 	fs.StringVar(&o.semaphore, "semaphore", "", "hold one permit of the permit-expirable semaphore called `NAME`")
-	fs.IntVar(&o.permits, "permits", 0, "with --semaphore: the semaphore's permits in all, set when it has none (`N`)")
+	fs.IntVar(&o.permits, "permits", 0, "with --semaphore: the semaphore's permits in all, set when it has none yet (`N`)")
 	fs.StringVar(&o.read, "read", "", "hold a read lock of the read-write lock called `NAME`")
 	fs.StringVar(&o.write, "write", "", "hold the write lock of the read-write lock called `NAME`")
 	fs.Var(&o.wait, "wait", "give up after waiting `D` (exit 75); 0: one attempt (default: wait as long as it takes)")
@@ -160,7 +161,7 @@ func waitFor(ctx context.Context, s *session, o runOptions, sigs <-chan os.Signa
 	}
 	done := make(chan result, 1)
 	go func() {
-		h, err := acquire(actx, s.c, o.target, o.wait)
+		h, err := acquire(actx, s.c, o.target, o.wait, stderr)
 		done <- result{h, err}
 	}()
 	stop := startProgress(actx, s, o, stderr)

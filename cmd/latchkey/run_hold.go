@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 
 	dsync "github.com/latchkey/latchkey/sync"
@@ -54,8 +55,8 @@ type held struct {
 }
 
 // acquire takes t: waiting as long as ctx allows when wait is not set, up to wait otherwise
-// (0: one attempt). It returns nil, nil when the wait ran out.
-func acquire(ctx context.Context, c *dsync.Client, t target, wait optDuration) (*held, error) {
+// (0: one attempt). It returns nil, nil when the wait ran out; warnings go to warn.
+func acquire(ctx context.Context, c *dsync.Client, t target, wait optDuration, warn io.Writer) (*held, error) {
 	var try []dsync.TryLockOption
 	if wait.set {
 		try = append(try, dsync.WaitTime(wait.d))
@@ -93,18 +94,25 @@ func acquire(ctx context.Context, c *dsync.Client, t target, wait optDuration) (
 		ok, err := take(ctx, wait.set, func() error { return l.Lock(ctx) }, func() (bool, error) { return l.TryLock(ctx, try...) })
 		return heldIf(ok, err, l.Lost, l.Unlock)
 	}
-	return acquirePermit(ctx, c, t, wait, try)
+	return acquirePermit(ctx, c, t, wait, try, warn)
 }
 
 // acquirePermit takes one permit of t.semaphore, setting its permits to t.permits first if
-// it has none yet.
-func acquirePermit(ctx context.Context, c *dsync.Client, t target, wait optDuration, try []dsync.TryLockOption) (*held, error) {
+// it has none yet. A semaphore that has another number of permits keeps it (runners started
+// with different --permits must not undo each other), and warn is told.
+func acquirePermit(ctx context.Context, c *dsync.Client, t target, wait optDuration, try []dsync.TryLockOption, warn io.Writer) (*held, error) {
 	s := c.PermitSemaphore(t.semaphore)
-	if _, err := s.TrySetPermits(ctx, t.permits); err != nil {
+	set, err := s.TrySetPermits(ctx, t.permits)
+	if err != nil {
 		return nil, err
 	}
+	if !set {
+		if n, err := s.Permits(ctx); err == nil && n != t.permits {
+			fmt.Fprintf(warn, "latchkey run: semaphore %q has %d permits in all, not --permits %d: "+
+				"\"latchkey semaphore %s set %d\" changes that\n", t.semaphore, n, t.permits, t.semaphore, t.permits)
+		}
+	}
 	var p *dsync.Permits
-	var err error
 	ok := true
 	if wait.set {
 		p, ok, err = s.TryAcquire(ctx, 1, try...)

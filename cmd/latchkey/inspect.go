@@ -14,9 +14,11 @@ import (
 
 const inspectSummary = "show what Redis holds for primitives, in Redisson's layout"
 
-var inspectSpec = spec{
-	synopsis: "inspect [flags] NAME...",
-	about: `Shows, for each NAME, what Redis holds in Redisson's layout: the kind of primitive, told
+// inspectSpec is the help of "latchkey inspect".
+func inspectSpec() spec {
+	return spec{
+		synopsis: "inspect [flags] NAME...",
+		about: `Shows, for each NAME, what Redis holds in Redisson's layout: the kind of primitive, told
 from the keys found (lock, fair_lock, fenced_lock, rwlock, permit_semaphore, semaphore,
 latch), its holders and hold counts, TTLs, a fair lock's queue with each waiter's deadline,
 a read-write lock's readers and their read holds' TTLs, a semaphore's available permits and
@@ -27,16 +29,17 @@ only while it has waiters, as a plain lock otherwise. A semaphore and a countdow
 are both a number under the name: the kind says which only when someone waits on it, and
 is semaphore_or_latch otherwise. Times in --json are epoch milliseconds, durations
 milliseconds; a TTL of -1 means the key has none.`,
-	examples: []string{
-		"latchkey inspect nightly-report",
-		"latchkey inspect --json batch deploy | jq '.[0].holders'",
-		"latchkey inspect --watch --interval 2s db-migrate",
-	},
+		examples: []string{
+			"latchkey inspect nightly-report",
+			"latchkey inspect --json batch deploy | jq '.[0].holders'",
+			"latchkey inspect --watch --interval 2s db-migrate",
+		},
+	}
 }
 
 // inspectCommand is "latchkey inspect".
 func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("inspect", inspectSpec, stderr)
+	fs := newFlags("inspect", inspectSpec(), stderr)
 	asJSON := fs.Bool("json", false, "print JSON: an array with one object per NAME")
 	watch := fs.Bool("watch", false, "print again every --interval until interrupted")
 	interval := time.Second

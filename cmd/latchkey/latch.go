@@ -10,22 +10,25 @@ import (
 
 const latchSummary = "set, count down or await a countdown latch"
 
-var latchSpec = spec{
-	synopsis: "latch NAME (set N | count-down | await [--timeout D]) [flags]",
-	about: `Works a countdown latch (Redisson's RCountDownLatch):
+// latchSpec is the help of "latchkey latch".
+func latchSpec() spec {
+	return spec{
+		synopsis: "latch NAME (set N | count-down | await [--timeout D]) [flags]",
+		about: `Works a countdown latch (Redisson's RCountDownLatch):
   set N        gives the latch the count N if it has none (exit 1 if it has one already)
   count-down   takes one off the count; at zero the latch opens and its awaiters go on
   await        waits until the count is zero; with --timeout, exits 75 if it is not by then`,
-	examples: []string{
-		"latchkey latch workers-done set 5",
-		"latchkey latch workers-done count-down        # in each of the five workers",
-		"latchkey latch workers-done await --timeout 1h && ./merge-results",
-	},
+		examples: []string{
+			"latchkey latch workers-done set 5",
+			"latchkey latch workers-done count-down        # in each of the five workers",
+			"latchkey latch workers-done await --timeout 1h && ./merge-results",
+		},
+	}
 }
 
 // latchCommand is "latchkey latch".
 func latchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("latch", latchSpec, stderr)
+	fs := newFlags("latch", latchSpec(), stderr)
 	var timeout optDuration
 	fs.Var(&timeout, "timeout", "with await: give up after `D` (exit 75)")
 	url := redisFlag(fs)

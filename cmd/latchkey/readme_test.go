@@ -82,7 +82,7 @@ func TestReadmeCommandLines(t *testing.T) {
 func TestHelpExamplesParse(t *testing.T) {
 	t.Parallel()
 	path := filepath.Dir(binary) + string(os.PathListSeparator) + os.Getenv("PATH")
-	for _, s := range []spec{runSpec, inspectSpec, latchSpec, semaphoreSpec, unlockSpec} {
+	for _, s := range []spec{runSpec(), inspectSpec(), latchSpec(), semaphoreSpec(), unlockSpec()} {
 		for _, line := range s.examples {
 			// The command itself, without what the shell does with its outcome.
 			for _, sep := range []string{"  #", " | ", " && "} {

@@ -16,15 +16,18 @@ import (
 
 const runSummary = "run a command while holding a lock, a read or write lock, or a semaphore permit"
 
-var runSpec = spec{
-	synopsis: "run (--lock NAME [--fair|--fenced] | --semaphore NAME --permits N | --read NAME | --write NAME) [flags] -- CMD [ARG...]",
-	about: `Takes the lock (or permit), runs CMD while holding it, and releases it when CMD exits,
+// runSpec is the help of "latchkey run".
+func runSpec() spec {
+	return spec{
+		synopsis: "run (--lock NAME [--fair|--fenced] | --semaphore NAME --permits N | --read NAME | --write NAME) [flags] -- CMD [ARG...]",
+		about: `Takes the lock (or permit), runs CMD while holding it, and releases it when CMD exits,
 whatever the cause. The lease is renewed every third of --lease while CMD runs, so a
 latchkey killed with -9 frees the lock at most --lease later (and the kernel kills CMD with
 it, on Linux). CMD runs in a process group of its own: signals sent to latchkey (INT,
 TERM, HUP, QUIT, USR1, USR2) are passed on to it, and on a terminal it has the foreground
-(it reads the terminal and gets Ctrl-C). Should the lease be lost while CMD runs (the key deleted, Redis
-unreachable for longer than the lease), CMD gets SIGTERM, and SIGKILL after --grace.
+(it reads the terminal and gets Ctrl-C). Should the lease be lost while CMD runs (the key
+deleted, Redis unreachable for longer than the lease), CMD gets SIGTERM, and SIGKILL after
+--grace.
 
 While it waits, and stderr is a terminal, a live line shows the time waited, the holder,
 the place in a fair lock's queue or the permits free; --quiet turns it off.
@@ -33,12 +36,13 @@ Exit status: CMD's own (128+n if it died of signal n); 75 when not acquired with
 76 when the lease was lost while CMD ran; 126/127 when CMD cannot be executed or is not
 found; 128+n when latchkey got signal n while waiting; 1 for latchkey's own failures
 (Redis unreachable); 2 for a bad command line.`,
-	examples: []string{
-		"latchkey run --lock nightly-report --wait 0 -- /usr/local/bin/report   # cron: skip if running elsewhere",
-		"latchkey run --lock db-migrate --fenced -- ./migrate.sh                # it gets $LATCHKEY_TOKEN",
-		"latchkey run --semaphore batch --permits 5 --wait 10m -- ./step.sh      # five at a time",
-		"latchkey run --read config --lease 10s -- ./read-config.sh",
-	},
+		examples: []string{
+			"latchkey run --lock nightly-report --wait 0 -- /usr/local/bin/report   # cron: skip if running elsewhere",
+			"latchkey run --lock db-migrate --fenced -- ./migrate.sh                # it gets $LATCHKEY_TOKEN",
+			"latchkey run --semaphore batch --permits 5 --wait 10m -- ./step.sh      # five at a time",
+			"latchkey run --read config --lease 10s -- ./read-config.sh",
+		},
+	}
 }
 
 // runOptions are run's flags.
@@ -53,7 +57,9 @@ type runOptions struct {
 
 // forwarded are the signals run passes on to the command. While it waits, any of them ends
 // it, as their default action would.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+func forwarded() []os.Signal {
+	return []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+}
 
 // runCommand is "latchkey run".
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -68,7 +74,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// Registered before any waiting, so that no signal meant for the command is lost to the
 	// default action in between.
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
+	signal.Notify(sigs, forwarded()...)
 	defer signal.Stop(sigs)
 
 	s, err := connect(opt, dsync.WithWatchdogTimeout(o.lease))
@@ -104,13 +110,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // parseRun parses run's command line into its options and the command to run.
 func parseRun(args []string, stderr io.Writer) (runOptions, []string, error) {
-	fs := newFlags("run", runSpec, stderr)
+	fs := newFlags("run", runSpec(), stderr)
 	o := runOptions{lease: dsync.DefaultWatchdogTimeout, grace: 10 * time.Second}
 	fs.StringVar(&o.lock, "lock", "", "hold the lock called `NAME`")
 	fs.BoolVar(&o.fair, "fair", false, "with --lock: a fair lock, granted in the order asked for")
 	fs.BoolVar(&o.fenced, "fenced", false, "with --lock: a fenced lock; CMD gets its token as $"+envToken)
 	fs.StringVar(&o.semaphore, "semaphore", "", "hold one permit of the permit-expirable semaphore called `NAME`")
-	fs.IntVar(&o.permits, "permits", 0, "with --semaphore: the semaphore's permits in all, set when it has none yet (`N`)")
+	fs.IntVar(&o.permits, "permits", 0, "with --semaphore: the semaphore's `N` permits in all, set when it has none yet")
 	fs.StringVar(&o.read, "read", "", "hold a read lock of the read-write lock called `NAME`")
 	fs.StringVar(&o.write, "write", "", "hold the write lock of the read-write lock called `NAME`")
 	fs.Var(&o.wait, "wait", "give up after waiting `D` (exit 75); 0: one attempt (default: wait as long as it takes)")

@@ -9,23 +9,26 @@ import (
 
 const semaphoreSummary = "set, add to or read a permit-expirable semaphore"
 
-var semaphoreSpec = spec{
-	synopsis: "semaphore NAME (set N | add N | available) [flags]",
-	about: `Works the permit-expirable semaphore (Redisson's RPermitExpirableSemaphore) that
+// semaphoreSpec is the help of "latchkey semaphore".
+func semaphoreSpec() spec {
+	return spec{
+		synopsis: "semaphore NAME (set N | add N | available) [flags]",
+		about: `Works the permit-expirable semaphore (Redisson's RPermitExpirableSemaphore) that
 "latchkey run --semaphore" takes permits of:
   set N        makes its permits N in all, acquired ones included
   add N        adds N permits (a negative N takes them away)
   available    prints the permits available now`,
-	examples: []string{
-		"latchkey semaphore batch set 5",
-		"latchkey semaphore batch add -- -2     # a negative N goes after --",
-		"latchkey semaphore batch available",
-	},
+		examples: []string{
+			"latchkey semaphore batch set 5",
+			"latchkey semaphore batch add -- -2     # a negative N goes after --",
+			"latchkey semaphore batch available",
+		},
+	}
 }
 
 // semaphoreCommand is "latchkey semaphore".
 func semaphoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("semaphore", semaphoreSpec, stderr)
+	fs := newFlags("semaphore", semaphoreSpec(), stderr)
 	url := redisFlag(fs)
 	ops, err := parse(fs, args)
 	if err != nil {

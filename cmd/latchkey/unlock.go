@@ -11,21 +11,24 @@ import (
 
 const unlockSummary = "force a lock free, whoever holds it"
 
-var unlockSpec = spec{
-	synopsis: "unlock --force [--yes] NAME",
-	about: `Deletes the lock NAME whoever holds it, and wakes its waiters (a fair lock's next waiter
+// unlockSpec is the help of "latchkey unlock".
+func unlockSpec() spec {
+	return spec{
+		synopsis: "unlock --force [--yes] NAME",
+		about: `Deletes the lock NAME whoever holds it, and wakes its waiters (a fair lock's next waiter
 gets it), as Redisson's forceUnlock does. The holder is not told: its next renewal finds
 the lock gone, and a "latchkey run" holding it ends its command (exit 76). On a terminal it
 shows the lock and asks first, unless --yes. Read-write locks are not supported yet.`,
-	examples: []string{
-		"latchkey unlock --force db-migrate",
-		"latchkey unlock --force --yes nightly-report   # from a script",
-	},
+		examples: []string{
+			"latchkey unlock --force db-migrate",
+			"latchkey unlock --force --yes nightly-report   # from a script",
+		},
+	}
 }
 
 // unlockCommand is "latchkey unlock".
 func unlockCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("unlock", unlockSpec, stderr)
+	fs := newFlags("unlock", unlockSpec(), stderr)
 	force := fs.Bool("force", false, "required: latchkey holds nothing of its own to unlock, so it can only force")
 	yes := fs.Bool("yes", false, "do not ask for confirmation on a terminal")
 	url := redisFlag(fs)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // Ten runners increment a counter in a file with a read, a pause and a write: without
@@ -88,47 +91,69 @@ func TestRunExitStatus(t *testing.T) {
 	}
 }
 
-// A runner killed with -9 cannot release: its lock must lapse with the lease, not earlier,
-// and its command must die with it.
+// A runner killed with -9 cannot release: its lock (or permit) must lapse with the lease, not
+// earlier, and its command must die with it.
 func TestRunKilledRunnerLetsNextInAtItsLease(t *testing.T) {
 	t.Parallel()
-	url, rdb := server(t)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	a := latchkeyCmd(t, url, "run", "--lock", "job", "--lease", "3s", "--", "sh", "-c", `echo $$ > "$1"; exec sleep 60`, "sh", pidFile)
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		name   string
+		target []string
+		// left reads how long the lease has left, in ms.
+		left func(rdb rueidis.Client) (int64, error)
+	}{
+		{"lock", []string{"--lock", "job"}, func(rdb rueidis.Client) (int64, error) {
+			return rdb.Do(context.Background(), rdb.B().Pttl().Key("job").Build()).AsInt64()
+		}},
+		{"semaphore", []string{"--semaphore", "job", "--permits", "1"}, func(rdb rueidis.Client) (int64, error) {
+			zs, err := rdb.Do(context.Background(), rdb.B().Zrange().Key("{job}:timeout").Min("0").Max("-1").Withscores().Build()).AsZScores()
+			if err != nil || len(zs) != 1 {
+				return 0, fmt.Errorf("acquired permits %v: %w", zs, err)
+			}
+			return int64(zs[0].Score) - time.Now().UnixMilli(), nil
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			url, rdb := server(t)
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			args := append(append([]string{"run", "--lease", "3s"}, tt.target...), "--", "sh", "-c", `echo $$ > "$1"; exec sleep 60`, "sh", pidFile)
+			a := latchkeyCmd(t, url, args...)
+			if err := a.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var pid int
+			eventually(t, e2eTimeout, "the command started", func() error {
+				b, err := os.ReadFile(pidFile)
+				if err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
+					pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+				} else if err == nil {
+					err = os.ErrNotExist
+				}
+				return err
+			})
+			if err := a.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = a.Wait()
+			killed := time.Now()
+			left, err := tt.left(rdb)
+			if err != nil || left <= 0 {
+				t.Fatalf("lease left after the kill: %d ms, %v; want it still running", left, err)
+			}
+			r := latchkey(t, url, append(append([]string{"run", "--wait", "30s"}, tt.target...), "--", "true")...)
+			if r.code != 0 {
+				t.Fatalf("the next runner: exit status %d; stderr:\n%s", r.code, r.stderr)
+			}
+			// Read after the kill, so the lease ended no earlier than left after it: 100 ms for
+			// the clocks' granularity.
+			if waited := time.Since(killed); waited < time.Duration(left)*time.Millisecond-100*time.Millisecond {
+				t.Errorf("the next runner got in %v after the kill, before the lease's %d ms ran out", waited, left)
+			}
+			eventually(t, e2eTimeout, "the killed runner's command died with it", func() error {
+				return gone(pid)
+			})
+		})
 	}
-	var pid int
-	eventually(t, e2eTimeout, "the command started", func() error {
-		b, err := os.ReadFile(pidFile)
-		if err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
-			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		} else if err == nil {
-			err = os.ErrNotExist
-		}
-		return err
-	})
-	if err := a.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = a.Wait()
-	killed := time.Now()
-	ttl, err := rdb.Do(context.Background(), rdb.B().Pttl().Key("job").Build()).AsInt64()
-	if err != nil || ttl <= 0 {
-		t.Fatalf("PTTL after the kill: %d, %v; want the lease still running", ttl, err)
-	}
-	r := latchkey(t, url, "run", "--lock", "job", "--wait", "30s", "--", "true")
-	if r.code != 0 {
-		t.Fatalf("the next runner: exit status %d; stderr:\n%s", r.code, r.stderr)
-	}
-	// Read after the kill, so the lease ended no earlier than ttl after it: 100 ms for the
-	// clocks' granularity.
-	if waited := time.Since(killed); waited < time.Duration(ttl)*time.Millisecond-100*time.Millisecond {
-		t.Errorf("the next runner got in %v after the kill, before the lease of %d ms ran out", waited, ttl)
-	}
-	eventually(t, e2eTimeout, "the killed runner's command died with it", func() error {
-		return gone(pid)
-	})
 }
 
 // gone returns nil once process pid has exited (a zombie counts: it runs no more).

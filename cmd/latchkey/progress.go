@@ -43,6 +43,13 @@ func startProgress(ctx context.Context, s *session, o runOptions, stderr io.Writ
 		tick := time.NewTicker(progressEvery)
 		defer tick.Stop()
 		for {
+			// Drawn from the first tick on: an acquisition that waits for nothing shows
+			// nothing, and a warning printed as the wait begins is not drawn over.
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 			rctx, rcancel := context.WithTimeout(ctx, progressEvery*4)
 			st, err := readState(rctx, s.rdb, o.name())
 			rcancel()
@@ -50,11 +57,6 @@ func startProgress(ctx context.Context, s *session, o runOptions, stderr io.Writ
 				return
 			}
 			line.show(progressText(time.Since(start), o, s.c.ID(), st, err))
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
 		}
 	}()
 	return func() {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/creack/pty"
 	"github.com/redis/rueidis"
@@ -16,8 +18,14 @@ import (
 // and a func that waits for the exit status.
 func onTerminal(t *testing.T, url string, args ...string) (*syncBuffer, io.Writer, func() int) {
 	t.Helper()
+	return onTerminalSized(t, 200, url, args...)
+}
+
+// onTerminalSized is onTerminal on a terminal cols columns wide.
+func onTerminalSized(t *testing.T, cols uint16, url string, args ...string) (*syncBuffer, io.Writer, func() int) {
+	t.Helper()
 	cmd := latchkeyCmd(t, url, args...)
-	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 200})
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: cols})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,5 +169,34 @@ func TestRunCommandOwnsTerminal(t *testing.T) {
 	})
 	if exists(t, rdb, "tty") {
 		t.Error("the lock is still held")
+	}
+}
+
+// On a narrow terminal the line is cut to its width, or each redraw would wrap onto a new
+// line instead of replacing the last.
+func TestProgressFitsTerminal(t *testing.T) {
+	t.Parallel()
+	url, rdb := server(t)
+	l := dsyncClient(t, rdb).Lock("narrow")
+	if err := l.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, _, wait := onTerminalSized(t, 40, url, "run", "--lock", "narrow", "--", "true")
+	eventually(t, e2eTimeout, "two draws", func() error {
+		if n := strings.Count(out.String(), "latchkey: waiting"); n < 2 {
+			return fmt.Errorf("%d draws in %q", n, out.String())
+		}
+		return nil
+	})
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code := wait(); code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+	for _, draw := range strings.Split(out.String(), "\r") {
+		if n := utf8.RuneCountInString(draw); n > 39 {
+			t.Errorf("a draw of %d characters on a 40-column terminal: %q", n, draw)
+		}
 	}
 }

@@ -191,7 +191,7 @@ func waitFor(ctx context.Context, s *session, o runOptions, sigs <-chan os.Signa
 		if r.h != nil { // taken as the wait was cancelled
 			releaseHeld(ctx, r.h, false, stderr)
 		}
-		return nil, &exitStatus{code: exitSignalOffset + int(got.(syscall.Signal)), msg: fmt.Sprintf("%v while waiting for %s", got, o.what())}
+		return nil, &exitStatus{code: exitSignalOffset + signalNumber(got), msg: fmt.Sprintf("%v while waiting for %s", got, o.what())}
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("acquire %s: %w", o.what(), r.err)
@@ -200,6 +200,14 @@ func waitFor(ctx context.Context, s *session, o runOptions, sigs <-chan os.Signa
 		return nil, &exitStatus{code: exitNotAcquired, msg: fmt.Sprintf("%s not acquired within --wait %v", o.what(), o.wait.d)}
 	}
 	return r.h, nil
+}
+
+// signalNumber is sig's number; every signal run asks for is a syscall.Signal.
+func signalNumber(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return int(s)
+	}
+	return 0
 }
 
 // releaseHeld gives back h, even when ctx has ended (a signal), within a bound of its own.

@@ -52,10 +52,9 @@ type session struct {
 	c   *dsync.Client
 }
 
-// connect opens the rueidis client and a dsync Client on it with opts. It fails fast when
-// the server cannot be reached, naming the addresses tried.
+// connect opens the rueidis client and a dsync Client on it with opts. rueidis dials at
+// once, so a server that cannot be reached fails here, with the addresses tried.
 func connect(opt rueidis.ClientOption, opts ...dsync.Option) (*session, error) {
-	opt.Dialer.Timeout = max(opt.Dialer.Timeout, 5*time.Second)
 	rdb, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Redis at %v: %w", opt.InitAddress, err)

@@ -134,7 +134,7 @@ func readState(ctx context.Context, rdb rueidis.Client, name string) (state, err
 	default:
 		s.Kind, s.Value = kindOther, typ
 	}
-	if err == nil && (s.Kind == kindFairLock) {
+	if err == nil && s.Kind == kindFairLock {
 		err = s.readQueue(ctx, rdb, k, now)
 	}
 	if err == nil && s.Kind == kindFencedLock {

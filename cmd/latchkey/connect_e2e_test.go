@@ -47,6 +47,10 @@ func TestConnectionForms(t *testing.T) {
 		if r := latchkey(t, url, "run", "--lock", "{job}:lock", "--", "true"); r.code != 0 {
 			t.Errorf("run on the Cluster: exit status %d; stderr:\n%s", r.code, r.stderr)
 		}
+		// A name whose keys a Cluster cannot keep in one slot is a bad argument.
+		if r := latchkey(t, url, "run", "--lock", "a{b", "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "invalid argument") {
+			t.Errorf("run --lock a{b on the Cluster: exit status %d, stderr %q; want %d and why", r.code, r.stderr, exitUsage)
+		}
 	})
 }
 

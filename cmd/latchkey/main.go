@@ -27,7 +27,7 @@
 //
 //	0        success; for run, the command's own status (any status it exits with)
 //	1        latchkey failed (Redis unreachable, a refused request…)
-//	2        bad command line
+//	2        bad command line (an argument the library refuses included)
 //	75       run: the lock or permit was not acquired within --wait;
 //	         latch await: the count did not reach zero within --timeout
 //	76       run: the lease was lost while the command ran (it was sent SIGTERM, then SIGKILL after --grace)
@@ -44,6 +44,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	dsync "github.com/latchkey/latchkey/sync"
 )
 
 // Exit statuses; 2 for a bad command line, as the flag package and most Unix tools use. The
@@ -153,6 +155,11 @@ func exitCode(cmd command, err error, stderr io.Writer) int {
 	case err == nil, errors.Is(err, errHelp):
 		return exitOK
 	case errors.Is(err, errUsage):
+		return exitUsage
+	case errors.Is(err, dsync.ErrInvalidArgument):
+		// What the library refuses as an argument came from the command line (a name a
+		// Cluster cannot take, too many permits): a bad command line too.
+		fmt.Fprintf(stderr, "latchkey %s: %v\n", cmd.name, err)
 		return exitUsage
 	case errors.As(err, &status):
 		if status.msg != "" {

@@ -35,7 +35,7 @@ the place in a fair lock's queue or the permits free; --quiet turns it off.
 Exit status: CMD's own (128+n if it died of signal n); 75 when not acquired within --wait;
 76 when the lease was lost while CMD ran; 126/127 when CMD cannot be executed or is not
 found; 128+n when latchkey got signal n while waiting; 1 for latchkey's own failures
-(Redis unreachable); 2 for a bad command line.`,
+(Redis unreachable); 2 for a bad command line (or a name the library refuses).`,
 		examples: []string{
 			"latchkey run --lock nightly-report --wait 0 -- /usr/local/bin/report   # cron: skip if running elsewhere",
 			"latchkey run --lock db-migrate --fenced -- ./migrate.sh                # it gets $LATCHKEY_TOKEN",

@@ -320,3 +320,38 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 		t.Error("the lock went to the runner that was stopped while waiting")
 	}
 }
+
+// Readers hold a read-write lock together (each waits, holding it, for the other to be in);
+// a writer is kept out meanwhile.
+func TestRunReadersShareWritersExclude(t *testing.T) {
+	t.Parallel()
+	url, _ := server(t)
+	dir := t.TempDir()
+	mark := func(name string) string { return filepath.Join(dir, name) }
+	// Each reader marks itself in, then waits, up to 30 s each, for the other's mark and for
+	// the test's "done".
+	reader := func(me, other string) []string {
+		return []string{"run", "--read", "cfg", "--", "sh", "-c", `touch "$1"
+			for f in "$2" "$3"; do i=0; while [ ! -e "$f" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done; done
+			[ -e "$2" ]`, "sh", mark(me), mark(other), mark("done")}
+	}
+	var wg sync.WaitGroup
+	var a, b result
+	wg.Go(func() { a = latchkey(t, url, reader("a", "b")...) })
+	wg.Go(func() { b = latchkey(t, url, reader("b", "a")...) })
+	eventually(t, e2eTimeout, "a reader in", func() error {
+		_, err := os.Stat(mark("a"))
+		return err
+	})
+	w := latchkey(t, url, "run", "--write", "cfg", "--wait", "0", "--", "true")
+	if err := os.WriteFile(mark("done"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if a.code != 0 || b.code != 0 {
+		t.Errorf("readers: exit statuses %d and %d, want both in at once (0)", a.code, b.code)
+	}
+	if w.code != exitNotAcquired {
+		t.Errorf("writer while reading: exit status %d, want %d", w.code, exitNotAcquired)
+	}
+}

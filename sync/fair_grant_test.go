@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -24,7 +25,7 @@ import (
 
 const fairJavaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 
-func fairLeasesKey(name string) string { return suffixName(name, "fair_leases") }
+func fairLeasesKey(name string) string { return names.Suffix(name, "fair_leases") }
 
 // fairOwnChannel is the waiter's own channel, redisson_lock__channel:{name}:<owner>.
 func fairOwnChannel(l *FairLock) string { return lockChannel(l.Name()) + ":" + l.Owner() }
@@ -395,7 +396,7 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		}
 		// The grant's message is the token of the first dead waiter's latest attempt, which its
 		// lease entry carries.
-		entry, _ := hgetField(t, admin, suffixName(name, "fair_leases"), dead[0].Owner())
+		entry, _ := hgetField(t, admin, names.Suffix(name, "fair_leases"), dead[0].Owner())
 		_, token, _ := strings.Cut(entry, ":")
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -19,8 +20,8 @@ import (
 // redisson_lock_queue:{name} and the zset redisson_lock_timeout:{name} of deadlines, so the
 // tests wait for states by polling them, and write a Java process's places with raw commands.
 
-func fairQueueKey(name string) string   { return prefixName("redisson_lock_queue", name) }
-func fairTimeoutKey(name string) string { return prefixName("redisson_lock_timeout", name) }
+func fairQueueKey(name string) string   { return names.Prefix("redisson_lock_queue", name) }
+func fairTimeoutKey(name string) string { return names.Prefix("redisson_lock_timeout", name) }
 
 // fairQueue returns the lock's queue of waiting owners, head first.
 func fairQueue(t *testing.T, rdb rueidis.Client, name string) []string {

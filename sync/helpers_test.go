@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
 )
@@ -132,7 +133,7 @@ func isClosed(c <-chan struct{}) bool {
 func waitChannel(c *Client, name string) string { return c.Lock(name).plain().clientCh }
 
 // lockChannel is the channel a lock's releases are published on.
-func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }
+func lockChannel(name string) string { return names.Prefix(lockChannelPrefix, name) }
 
 // must fails the test on an error; a Redis nil reply (a script's "no") is no error.
 func must(t *testing.T, err error) {

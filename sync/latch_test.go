@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 )
 
@@ -38,7 +39,7 @@ func TestLatchAwaitReturnsOnZeroForEveryAwaiter(t *testing.T) {
 			}
 		}
 		for _, c := range cs {
-			waitersOn(t, c, latchChannel(name), awaiters)
+			waitersOn(t, c, names.LatchChannel(name), awaiters)
 		}
 		for i, c := range cs {
 			must(t, c.CountDownLatch(name).CountDown(ctx))
@@ -78,7 +79,7 @@ func TestLatchAwaitHonoursContext(t *testing.T) {
 		if err := l.Await(short); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Await with a short deadline: %v, want DeadlineExceeded", err)
 		}
-		if c.mux.Waiters(latchChannel("latch-ctx")) != 0 {
+		if c.mux.Waiters(names.LatchChannel("latch-ctx")) != 0 {
 			t.Fatal("the awaiter whose ctx ended is still registered")
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 )
@@ -60,7 +61,7 @@ func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 type plainLock struct{ waitingClients }
 
 func newPlainLock(c *Client, name string) plainLock {
-	return plainLock{newWaitingClients(c, prefixName(lockChannelPrefix, name), suffixName(name, "lock_clients"), pubsub.LockPolicy)}
+	return plainLock{newWaitingClients(c, names.Prefix(lockChannelPrefix, name), names.Suffix(name, "lock_clients"), pubsub.LockPolicy)}
 }
 
 func (p *plainLock) wakeCh(*holder) string { return p.clientCh }

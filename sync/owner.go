@@ -10,6 +10,7 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
@@ -148,7 +149,7 @@ type request struct {
 // holds op and has settled.
 func (o *owner) nextRequest() (latch, n string) {
 	if o.latch == "" {
-		o.latch = prefixName(unlockLatchPrefix, o.name) + ":" + o.c.newRequestID()
+		o.latch = names.Prefix(unlockLatchPrefix, o.name) + ":" + o.c.newRequestID()
 		o.c.janitor.track(o)
 	}
 	o.reqs++

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 )
@@ -40,7 +41,7 @@ type PermitSemaphore struct {
 // PermitSemaphore returns a handle on the permit-expirable semaphore called name (its Redis
 // key). It makes no network call; an empty name is reported by the handle's methods.
 func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
-	s := &PermitSemaphore{channel: prefixName(semaphoreChannelPrefix, name), timeouts: suffixName(name, "timeout")}
+	s := &PermitSemaphore{channel: names.Prefix(semaphoreChannelPrefix, name), timeouts: names.Suffix(name, "timeout")}
 	s.p.init(c, name, "permit semaphore")
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
@@ -122,7 +123,7 @@ func (r stateReply) AsInt64() (int64, error) {
 func permitKeys(b watchdog.Batch) []string {
 	keys := make([]string, len(b.Keys))
 	for i, k := range b.Keys {
-		keys[i] = suffixName(k, "timeout")
+		keys[i] = names.Suffix(k, "timeout")
 	}
 	return keys
 }

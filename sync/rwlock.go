@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 )
@@ -59,8 +60,8 @@ type rwPair struct {
 // RWLock returns a handle on the read-write lock called name (the Redis key of its hash). It
 // makes no network call; an empty name or a bad option is reported by the handle's methods.
 func (c *Client) RWLock(name string, opts ...HandleOption) *RWLock {
-	l := &RWLock{channel: prefixName("redisson_rwlock", name), writers: suffixName(name, "rwlock_writers")}
-	l.prefix = strings.TrimSuffix(suffixName(name, ""), ":")
+	l := &RWLock{channel: names.Prefix("redisson_rwlock", name), writers: names.Suffix(name, "rwlock_writers")}
+	l.prefix = strings.TrimSuffix(names.Suffix(name, ""), ":")
 	cfg, err := handleOptions(opts)
 	l.reentrant = cfg.reentrant
 	l.writes.exclusive = true
@@ -82,7 +83,7 @@ func (l *RWLock) pair(c *Client, name string, p *rwPair) {
 }
 
 // readTimeouts is the prefix of owner's read hold timeout keys on the lock called name.
-func readTimeouts(name, owner string) string { return suffixName(name, owner) + ":rwlock_timeout" }
+func readTimeouts(name, owner string) string { return names.Suffix(name, owner) + ":rwlock_timeout" }
 
 // borrow returns the owner pair an acquisition takes its hold as: a Reentrant handle's own,
 // or else an idle pair of the Client's for the name (see lender).

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 	"github.com/redis/rueidis"
@@ -58,8 +59,8 @@ type Semaphore struct {
 // Semaphore returns a handle on the semaphore called name (its Redis key). It makes no
 // network call; an empty name is reported by the handle's methods.
 func (c *Client) Semaphore(name string) *Semaphore {
-	clients := suffixName(name, "sem_clients")
-	s := &Semaphore{q: newWaitingClients(c, prefixName(semaphoreChannelPrefix, name), clients, semaphoreForward),
+	clients := names.Suffix(name, "sem_clients")
+	s := &Semaphore{q: newWaitingClients(c, names.Prefix(semaphoreChannelPrefix, name), clients, semaphoreForward),
 		wants: clients + ":wants"}
 	s.p.init(c, name, "semaphore")
 	return s

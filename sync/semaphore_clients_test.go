@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -23,7 +24,7 @@ import (
 // name, in order.
 func semRegistered(t *testing.T, rdb rueidis.Client, name string) []string {
 	t.Helper()
-	tokens, err := rdb.Do(context.Background(), rdb.B().Zrange().Key(suffixName(name, "sem_clients")).Min("0").Max("-1").Build()).AsStrSlice()
+	tokens, err := rdb.Do(context.Background(), rdb.B().Zrange().Key(names.Suffix(name, "sem_clients")).Min("0").Max("-1").Build()).AsStrSlice()
 	must(t, err)
 	return tokens
 }
@@ -105,7 +106,7 @@ func TestSemaphoreReleaseWakesOneClient(t *testing.T) {
 // semKeys returns the keys of the semaphore name's waiting Clients.
 func semKeys(t *testing.T, rdb rueidis.Client, name string) []string {
 	t.Helper()
-	keys, err := rdb.Do(context.Background(), rdb.B().Keys().Pattern(suffixName(name, "sem_clients")+"*").Build()).AsStrSlice()
+	keys, err := rdb.Do(context.Background(), rdb.B().Keys().Pattern(names.Suffix(name, "sem_clients")+"*").Build()).AsStrSlice()
 	must(t, err)
 	return keys
 }
@@ -120,7 +121,7 @@ func TestSemaphoreJavaReleaseWakesAWaiter(t *testing.T) {
 		_, rdb := newClient(t, b.Addr)
 		must(t, rdb.Do(ctx, rdb.B().Set().Key(name).Value("0").Build()).Error())
 		ws := startSemWaiters(t, ctx, b, rdb, name, 1, 1)
-		channel := prefixName(semaphoreChannelPrefix, name)
+		channel := names.Prefix(semaphoreChannelPrefix, name)
 		eventually(t, waitFor, "one Client listening on Redisson's channel", func() bool {
 			return numsub(t, b, ws[0].c, channel) == 1
 		})
@@ -132,7 +133,7 @@ func TestSemaphoreJavaReleaseWakesAWaiter(t *testing.T) {
 			if i == 0 {
 				// The listener, served with no waiter left, hands the role to the other Client.
 				eventually(t, waitFor, "the role passed on", func() bool {
-					return mustGet(t, rdb, suffixName(name, "sem_clients")+":listener") == ws[1].c.lockToken &&
+					return mustGet(t, rdb, names.Suffix(name, "sem_clients")+":listener") == ws[1].c.lockToken &&
 						numsub(t, b, ws[1].c, channel) == 1 && ws[1].c.mux.Subscribed(channel) && !ws[0].c.mux.Subscribed(channel)
 				})
 			}

@@ -1,27 +1,10 @@
 package main
 
-import "strings"
+import "github.com/latchkey/latchkey/internal/names"
 
-// The key and channel names below are Redisson's layout (docs/redisson-interop.md). The sync
-// package keeps its own copies unexported; inspect and the progress line read the same keys
-// directly, since they show what Redis holds rather than what a handle knows.
-
-// prefixName is Redisson's RedissonObject.prefixName: "<prefix>:{name}", or "<prefix>:name"
-// when the name carries its own hash tag.
-func prefixName(prefix, name string) string {
-	if strings.Contains(name, "{") {
-		return prefix + ":" + name
-	}
-	return prefix + ":{" + name + "}"
-}
-
-// suffixName is Redisson's RedissonObject.suffixName: "{name}:<suffix>", or "name:<suffix>".
-func suffixName(name, suffix string) string {
-	if strings.Contains(name, "{") {
-		return name + ":" + suffix
-	}
-	return "{" + name + "}:" + suffix
-}
+// The key and channel names below are Redisson's layout (docs/redisson-interop.md), named by
+// internal/names as the sync package names them; inspect and the progress line read the same
+// keys directly, since they show what Redis holds rather than what a handle knows.
 
 // keys are the names of every key and channel a primitive called name may have.
 type keys struct {
@@ -39,19 +22,18 @@ type keys struct {
 func keysOf(name string) keys {
 	return keys{
 		main:         name,
-		fairQueue:    prefixName("redisson_lock_queue", name),
-		fairTimeouts: prefixName("redisson_lock_timeout", name),
-		token:        prefixName("redisson_lock_token", name),
-		lockClients:  suffixName(name, "lock_clients"),
-		writers:      suffixName(name, "rwlock_writers"),
-		permits:      suffixName(name, "timeout"),
-		semChannel:   prefixName("redisson_sc", name),
-		// Redisson concatenates this one, braces always (its quirk, kept by the sync package).
-		latchChannel: "redisson_countdownlatch__channel__{" + name + "}",
+		fairQueue:    names.Prefix("redisson_lock_queue", name),
+		fairTimeouts: names.Prefix("redisson_lock_timeout", name),
+		token:        names.Prefix("redisson_lock_token", name),
+		lockClients:  names.Suffix(name, "lock_clients"),
+		writers:      names.Suffix(name, "rwlock_writers"),
+		permits:      names.Suffix(name, "timeout"),
+		semChannel:   names.Prefix("redisson_sc", name),
+		latchChannel: names.LatchChannel(name),
 	}
 }
 
 // readTimeoutKey is the key of a read-write lock reader's k-th read hold.
 func readTimeoutKey(name, owner string, k int64) string {
-	return suffixName(name, owner) + ":rwlock_timeout:" + itoa(k)
+	return names.Suffix(name, owner) + ":rwlock_timeout:" + itoa(k)
 }

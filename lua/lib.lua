@@ -309,16 +309,26 @@ local function sem_wait(clients, wants, token, want, ms)
 end
 
 -- wake_wanting wakes the first-registered live client but except (its own waiters are its
--- own to wake) that wants at most n permits, on its own channel; its registration goes.
+-- own to wake) that wants at most n permits, on its own channel; its registration goes,
+-- unless it is the only one (it would only come back), and lapsed ones on the way go too.
 local function wake_wanting(clients, wants, n, publish, except)
-    if n <= 0 or redis.call('exists', clients) == 0 then
+    if n <= 0 then
         return
     end
-    redis.call('zremrangebyscore', clients, '-inf', now_us(0))
-    for _, token in ipairs(redis.call('zrange', clients, 0, 63)) do
+    local regs = redis.call('zrange', clients, 0, 63, 'withscores')
+    if #regs == 0 then
+        return
+    end
+    local now = tonumber(now_us(0))
+    for i = 1, #regs, 2 do
+        local token = regs[i]
         local want = token ~= except and tonumber(redis.call('hget', wants, token))
-        if want and want <= n then
+        if tonumber(regs[i + 1]) <= now then
             redis.call('zrem', clients, token)
+        elseif want and want <= n then
+            if #regs > 2 then
+                redis.call('zrem', clients, token)
+            end
             redis.call(publish, clients .. ':' .. token, n)
             return
         end

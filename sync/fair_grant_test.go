@@ -632,8 +632,10 @@ func TestFairGrantLoopingWaiterSubscribesOnce(t *testing.T) {
 		t.Fatal("the waiter's channel is not subscribed right after its last wait: it must linger")
 	}
 	unsubs := commandCalls(t, admin, "unsubscribe")
+	// (UNSUBSCRIBE is counted per call: another channel of the Client's may be left in the
+	// same while, so only that the count moved is asked.)
 	eventually(t, waitFor, "the channel left after the linger", func() bool {
-		return commandCalls(t, admin, "unsubscribe") == unsubs+1 && numsub(t, b, hc, channel) == 0
+		return commandCalls(t, admin, "unsubscribe") > unsubs && numsub(t, b, hc, channel) == 0
 	})
 }
 

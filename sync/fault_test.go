@@ -506,14 +506,14 @@ func TestFaultWatchdogBackoffLogsOnce(t *testing.T) {
 
 		failing := 0
 		for _, e := range logs.FilterMessageSnippet("lease renewal failing").All() {
-			if e.ContextMap()["key"] == name {
+			if e.ContextMap()["name"] == name {
 				failing++
 			}
 		}
 		if failing != 1 {
 			t.Errorf("\"lease renewal failing\" logged %d times for the lease, want once", failing)
 		}
-		if n := logs.FilterMessageSnippet("lease lost").FilterField(zap.String("key", name)).Len(); n != 1 {
+		if n := logs.FilterMessageSnippet("lease lost").FilterField(zap.String("name", name)).Len(); n != 1 {
 			t.Errorf("\"lease lost\" logged %d times for the lease, want once", n)
 		}
 		if n := logs.Len(); n >= 10 {
@@ -655,4 +655,27 @@ func TestReentryLosingLeaseInFlightIsLost(t *testing.T) {
 			t.Fatalf("Lost closed %v (current %v), Valid %v; want closed, closed, false", isClosed(lost), isClosed(l.Lost()), l.Valid())
 		}
 	})
+}
+
+// A warning repeated by every call is logged once a second, not once a call, and names the
+// primitive: name, kind and owner.
+func TestLogWarningsRateLimited(t *testing.T) {
+	t.Parallel()
+	b := redistest.Miniredis(t)
+	core, logs := observer.New(zap.DebugLevel)
+	c, _ := newClient(t, b.Addr, WithLogger(zap.New(core)))
+	start := time.Now()
+	for range 100 {
+		c.Lock("bad{name") // a '{' with no hash tag: a warning per handle
+	}
+	took := time.Since(start)
+	// One per second begun (on a quiet machine the loop takes microseconds: one in all).
+	got := logs.FilterMessageSnippet("no valid hash tag")
+	if most := int(took/logSample) + 2; got.Len() < 1 || got.Len() > most {
+		t.Fatalf("%d warnings for 100 handles made in %v, want 1 to %d", got.Len(), took, most)
+	}
+	f := got.All()[0].ContextMap()
+	if f["name"] != "bad{name" || f["kind"] != "lock" || f["owner"] == "" {
+		t.Fatalf("warning fields %v, want name, kind and owner", f)
+	}
 }

@@ -232,7 +232,7 @@ func (o *holder) late(pending <-chan sent, holds int) {
 	}
 	if gerr := o.giveBack(context.Background(), holds); gerr != nil {
 		o.c.log.Warn("a hold taken after its acquire's caller gave up was not given back; it lapses with its lease",
-			zap.String("name", o.name), zap.Error(o.wrap(gerr)))
+			o.fields(zap.Error(o.wrap(gerr)))...)
 	}
 }
 

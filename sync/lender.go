@@ -143,7 +143,7 @@ func (c *Client) settleLater(o *owner, done func()) {
 	if c.isClosed() {
 		// Closed before the lock was taken: the janitor may have deleted o's latch, and a
 		// repeat would find no mark.
-		c.log.Warn("a request's outcome stays unknown: the Client closed", zap.String("name", o.name))
+		c.log.Warn("a request's outcome stays unknown: the Client closed", o.fields()...)
 		o.unlock()
 		return
 	}
@@ -161,8 +161,7 @@ func (c *Client) settleLater(o *owner, done func()) {
 		case <-c.closed:
 		}
 		if ctx.Err() != nil || c.isClosed() {
-			c.log.Warn("a request's outcome stays unknown; it is no longer repeated",
-				zap.String("name", o.name), zap.Error(err))
+			c.log.Warn("a request's outcome stays unknown; it is no longer repeated", o.fields(zap.Error(err))...)
 			o.unlock()
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // HandleOption configures a lock handle as it is made.
@@ -176,17 +177,25 @@ func WithWatchdogTimeout(timeout time.Duration) Option {
 	}
 }
 
-// WithLogger sets the logger for lost leases, failed renewals and pub/sub reconnects.
-// Default: no logging.
+// WithLogger sets the logger for what goes wrong: lost leases, failed renewals, pub/sub
+// reconnects, outcomes that stay unknown. Default: no logging. The happy path logs nothing,
+// and a message is logged at most once a second (logSample): an outage that fails every
+// call does not flood the log. Each line about a primitive names it: fields name, kind and
+// owner.
 func WithLogger(log *zap.Logger) Option {
 	return func(c *config) error {
 		if log == nil {
 			return invalid("logger", "must not be nil")
 		}
-		c.log = log
+		c.log = log.WithOptions(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(core, logSample, 1, 0)
+		}))
 		return nil
 	}
 }
+
+// logSample is how often one message may be logged: once, then not again until the next.
+const logSample = time.Second
 
 // WithClientID sets the client UUID that prefixes every owner ID this Client makes
 // ("<uuid>:<n>", Redisson's "<uuid>:<threadId>"). Two live Clients must never share one, or

@@ -78,9 +78,14 @@ func (o *owner) init(c *Client, name, what string) {
 	case strings.Contains(name, "{") && !hasHashTag(name):
 		// Redisson's rule (see names.go) trusts any '{' to be a tag: the channel and
 		// latch keys then hash elsewhere, which a cluster rejects as CROSSSLOT.
-		c.log.Warn("name has '{' but no valid hash tag; its derived keys may fall in another slot",
-			zap.String("name", name))
+		c.log.Warn("name has '{' but no valid hash tag; its derived keys may fall in another slot", o.fields()...)
 	}
+}
+
+// fields are what every log line about o says: the name, the kind of primitive and the owner
+// ID (docs/design.md, Logs), then more.
+func (o *owner) fields(more ...zap.Field) []zap.Field {
+	return append([]zap.Field{zap.String("name", o.name), zap.String("kind", o.what), zap.String("owner", o.id)}, more...)
 }
 
 // hasHashTag reports whether name has a non-empty Redis Cluster hash tag.

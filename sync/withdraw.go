@@ -82,14 +82,14 @@ func (o *holder) withdrawing(ctx context.Context, s script, then func(rueidis.Re
 	}
 	if then != nil {
 		if err := o.settle(ctx); err != nil {
-			o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", zap.String("name", o.name), zap.Error(err))
+			o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", o.fields(zap.Error(err))...)
 			return false, nil
 		}
 	}
 	msg, err := o.exec(ctx, s.s, s.keys, s.args)
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
-		o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", zap.String("name", o.name), zap.Error(o.wrap(err)))
+		o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", o.fields(zap.Error(o.wrap(err)))...)
 		return false, nil
 	}
 	if then == nil {
@@ -102,7 +102,7 @@ func (o *holder) withdrawing(ctx context.Context, s script, then func(rueidis.Re
 	ok, err := then(msg, late)
 	if late && err != nil {
 		o.c.log.Warn("a hold granted as a wait ended was not given back; it lapses with its lease",
-			zap.String("name", o.name), zap.Error(err))
+			o.fields(zap.Error(err))...)
 	}
 	return ok, err
 }

@@ -134,7 +134,7 @@ func TestOutageLoggedOncePerLease(t *testing.T) {
 		}
 
 		for _, key := range keys {
-			byKey := logs.FilterField(zap.String("key", key))
+			byKey := logs.FilterField(zap.String("name", key))
 			warn := byKey.FilterMessageSnippet("lease renewal failing").All()
 			if len(warn) != 1 {
 				t.Errorf("%s: %d failing-renewal warnings over %d failed renewals, want 1", key, len(warn), failed)
@@ -147,7 +147,7 @@ func TestOutageLoggedOncePerLease(t *testing.T) {
 			} else if m := again[0].ContextMap(); again[0].Level != zapcore.InfoLevel || m["failed"] != int64(failed) {
 				t.Errorf("%s: recovery note %v at %v, want at Info level with failed=%d", key, m, again[0].Level, failed)
 			}
-			if n := byKey.FilterMessage("lock lease lost").Len(); n != 0 {
+			if n := byKey.FilterMessage("lease lost").Len(); n != 0 {
 				t.Errorf("%s: %d lost-lease messages", key, n)
 			}
 		}

@@ -356,7 +356,7 @@ func (w *Watchdog) loseLocked(l *Lease, reason string) {
 	delete(w.leases, l)
 	close(l.lost)
 	l.end()
-	w.log.Warn("lock lease lost", zap.String("key", l.key), zap.String("owner", l.owner),
+	w.log.Warn("lease lost", zap.String("name", l.key), zap.String("kind", l.kind.Name), zap.String("owner", l.owner),
 		zap.String("reason", reason))
 }
 
@@ -530,7 +530,7 @@ func (w *Watchdog) apply(r roundResult) {
 							err = errors.New("renewal reply too short")
 						}
 						w.log.Warn("lease renewal failing; retrying with backoff until the lease deadline",
-							zap.String("kind", kind.Name), zap.String("key", l.key), zap.String("owner", l.owner),
+							zap.String("name", l.key), zap.String("kind", kind.Name), zap.String("owner", l.owner),
 							zap.Time("deadline", l.deadline), zap.Error(err))
 					}
 					// Backing off, but never past half the time left, so that an outage that
@@ -539,7 +539,7 @@ func (w *Watchdog) apply(r roundResult) {
 					l.fails++
 				case rn.res.Held[j]:
 					if l.fails > 0 {
-						w.log.Info("lease renewed again", zap.String("kind", kind.Name), zap.String("key", l.key),
+						w.log.Info("lease renewed again", zap.String("name", l.key), zap.String("kind", kind.Name),
 							zap.String("owner", l.owner), zap.Int("failed", l.fails))
 					}
 					if end := r.sent.Add(w.timeout); end.After(l.deadline) {

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -228,4 +229,61 @@ func mustFreePort(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// topoChildEnv marks a test process started by TestTopologiesEnvHandling.
+const topoChildEnv = "REDISTEST_TOPO_CHILD"
+
+// Without redis-cli, which makes the Cluster, the topologies are skipped, or fail the test
+// with LATCHKEY_REDIS=required; run in a child test process whose PATH has redis-server
+// only, as the outcome ends the test that asks for a topology.
+func TestTopologiesEnvHandling(t *testing.T) {
+	if os.Getenv(topoChildEnv) == "1" {
+		topos, err := NewTopologies()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer topos.Close()
+		topos.Sentinel(t)
+		t.Log("Sentinel returned a backend")
+		return
+	}
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not on PATH: the child would not get as far as redis-cli")
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(server, filepath.Join(bin, "redis-server")); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		value    string
+		wantFail bool
+		wantOut  string
+	}{
+		{"", false, "redis-cli not found on PATH"},
+		{"required", true, "LATCHKEY_REDIS=required but redis-cli (which makes the Cluster) is not usable"},
+	} {
+		t.Run(fmt.Sprintf("%q", tc.value), func(t *testing.T) {
+			cmd := exec.Command(exe, "-test.run=^TestTopologiesEnvHandling$", "-test.v")
+			cmd.Env = append(os.Environ(), topoChildEnv+"=1", EnvRedis+"="+tc.value, "PATH="+bin, "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+			out, err := cmd.CombinedOutput()
+			if failed := err != nil; failed != tc.wantFail {
+				t.Errorf("child failed = %v (%v), want %v", failed, err, tc.wantFail)
+			}
+			if !tc.wantFail && !strings.Contains(string(out), "--- SKIP") {
+				t.Errorf("child was not skipped")
+			}
+			if !strings.Contains(string(out), tc.wantOut) {
+				t.Errorf("child output does not contain %q", tc.wantOut)
+			}
+			if t.Failed() {
+				t.Logf("child output:\n%s", out)
+			}
+		})
+	}
 }

@@ -37,9 +37,11 @@ const (
 
 // Backend is one running test server.
 type Backend struct {
-	// Name is NameMiniredis or NameRedis.
+	// Name is NameMiniredis or NameRedis for a single server, NameCluster or
+	// NameSentinel for a shared topology (see Topologies).
 	Name string
-	// Addr is the host:port the server listens on.
+	// Addr is the host:port the server listens on: a Cluster's first master, or a
+	// Sentinel set's master.
 	Addr string
 	// Mini gives direct access to the data set when Name is NameMiniredis;
 	// it is nil for a real Redis server.

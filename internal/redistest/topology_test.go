@@ -248,10 +248,7 @@ func TestTopologiesEnvHandling(t *testing.T) {
 		t.Log("Sentinel returned a backend")
 		return
 	}
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not on PATH: the child would not get as far as redis-cli")
-	}
+	server := redisServerPath(t) // without it, the child would not get as far as redis-cli
 	bin := t.TempDir()
 	if err := os.Symlink(server, filepath.Join(bin, "redis-server")); err != nil {
 		t.Fatal(err)

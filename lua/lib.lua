@@ -291,6 +291,52 @@ local function wake_next(clients, channel, publish)
     redis.call(publish, channel, '00')
 end
 
+-- Waiting latchkey clients of a semaphore (a latchkey addition; Redisson's layout is
+-- untouched) register as a plain lock's do (wait_here, listen, resign), and record in the
+-- hash wants the permits their first waiter wants. A change that leaves permits wakes the
+-- first-registered live client that wants no more than are left, alone, on its own channel;
+-- and publishes the total on the semaphore channel with a leading 0 for Redisson's waiters
+-- (Java reads 05 as 5), which the listener lets pass: it carries to latchkey clients only
+-- what Java publishes. A client woken that finds too few permits (another took them) wakes
+-- the next that wants no more than are left: a wake is passed on only to a client the
+-- permits can serve, so clients wanting more than there are never wake each other in turn.
+
+-- sem_wait registers token's client in clients for ms, wanting want permits.
+local function sem_wait(clients, wants, token, want, ms)
+    wait_here(clients, token, ms)
+    redis.call('hset', wants, token, want)
+    extend(wants, ms)
+end
+
+-- wake_wanting wakes the first-registered live client but except (its own waiters are its
+-- own to wake) that wants at most n permits, on its own channel; its registration goes.
+local function wake_wanting(clients, wants, n, publish, except)
+    if n <= 0 or redis.call('exists', clients) == 0 then
+        return
+    end
+    redis.call('zremrangebyscore', clients, '-inf', now_us(0))
+    for _, token in ipairs(redis.call('zrange', clients, 0, 63)) do
+        local want = token ~= except and tonumber(redis.call('hget', wants, token))
+        if want and want <= n then
+            redis.call('zrem', clients, token)
+            redis.call(publish, clients .. ':' .. token, n)
+            return
+        end
+    end
+end
+
+-- offer adds n permits (negative: takes them away) to the semaphore key; a positive total is
+-- published for Redisson's waiters (see give, with a leading 0) and wakes a waiting client
+-- (wake_wanting).
+local function offer(key, channel, n, publish, clients, wants)
+    local v = redis.call('incrby', key, n)
+    if v > 0 then
+        redis.call(publish, channel, '0' .. v)
+        wake_wanting(clients, wants, v, publish)
+    end
+    return v
+end
+
 -- Permit-expirable semaphores (docs/redisson-interop.md): the key holds the available permits,
 -- the zset timeouts the acquired ones, each a raw 16-byte ID scored by its expiry (epoch ms,
 -- or no_expiry).

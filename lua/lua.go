@@ -171,6 +171,10 @@ var (
 	// SemSet sets or drains a semaphore's permits (sem_set.lua).
 	SemSet = newScript("sem_set.lua")
 
+	// SemLeave drops a client's registration as a waiter of a semaphore when its last
+	// waiter gives up (sem_leave.lua).
+	SemLeave = newScript("sem_leave.lua")
+
 	// LatchSet sets a countdown latch's count if it does not exist (latch_set.lua).
 	LatchSet = newScript("latch_set.lua")
 

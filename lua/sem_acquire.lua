@@ -1,24 +1,56 @@
 -- Semaphore acquire (Redisson RSemaphore tryAcquire), numbered on the handle's latch
 -- (a latchkey addition: Redisson's is not safe to repeat).
--- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel;
+-- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel, KEYS[4] the zset of waiting
+-- clients, KEYS[5] their wants, KEYS[6] the listener key (see sem_wait);
 -- ARGV[1] permits, ARGV[2] request number, ARGV[3] latch PX ms, ARGV[4] 1 to cancel request
--- ARGV[2] rather than make it, ARGV[5] publish command.
+-- ARGV[2] rather than make it, ARGV[5] publish command; for a waiting acquire, ARGV[6] the
+-- client's token, ARGV[7] how long a registration lasts (ms), ARGV[8] 1 if the client has
+-- other waiters on the semaphore.
 -- Reply: the permits left after taking ARGV[1] (-1 from a repeat: not known), or, when fewer
--- were available, {the permits available} (a missing key has none; nothing changes; nil
--- from a repeat). A cancel gives back what the request took, if it ran and took, and
--- replies 1 if so, else 0. Safe to repeat.
+-- were available, {the permits available} (a missing key has none; nil from a repeat) —
+-- {available, 1} to a waiting acquire whose client is the listener (see listen). A waiting
+-- acquire that does not take registers its client (sem_wait) and, if some permits are left,
+-- passes the wake it may have had on (wake_wanting); one that takes drops its client's
+-- registration unless it has other waiters (then it keeps its want, 1 if none is known), and
+-- wakes another client for the permits left (its own next waiter is its client's to wake). A
+-- cancel gives back what the request took, if it ran and took (see offer), and replies 1 if
+-- so, else 0. Safe to repeat.
 local n, req = tonumber(ARGV[1]), tonumber(ARGV[2])
 if ARGV[4] == '1' then
     return cancel(KEYS[2], ARGV[3], req, function()
-        give(KEYS[1], KEYS[3], n, ARGV[5])
+        offer(KEYS[1], KEYS[3], n, ARGV[5], KEYS[4], KEYS[5])
     end)
 end
 return numbered(KEYS[2], ARGV[3], req, -1, function()
     local available = int_at(KEYS[1])
     local left = available - n
+    local token, ms = ARGV[6], tonumber(ARGV[7])
     if left < 0 then
+        if token then
+            sem_wait(KEYS[4], KEYS[5], token, n, ms)
+            wake_wanting(KEYS[4], KEYS[5], available, ARGV[5])
+            if listen(KEYS[6], token, ms) then
+                return { available, 1 }, true
+            end
+        end
         return { available }, true
     end
     redis.call('decrby', KEYS[1], n)
+    if token then
+        if ARGV[8] == '1' then
+            if not redis.call('zscore', KEYS[4], token) then
+                -- Woken (which unregistered it): registered again, last. What its next
+                -- waiter wants, that waiter's attempt records; until then, as little as can
+                -- be (a wake it cannot use it passes on).
+                wait_here(KEYS[4], token, ms)
+                redis.call('hsetnx', KEYS[5], token, 1)
+            end
+        else
+            redis.call('zrem', KEYS[4], token)
+            redis.call('hdel', KEYS[5], token)
+            resign(KEYS[6], token, KEYS[4], ARGV[5], ms)
+        end
+    end
+    wake_wanting(KEYS[4], KEYS[5], left, ARGV[5], token)
     return left
 end)

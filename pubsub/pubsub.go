@@ -270,7 +270,7 @@ func (m *Mux) Waiters(name string) int {
 }
 
 // Pending returns how many of name's local waiters have a signal they have not taken yet:
-// for diagnostics and tests.
+// zero when every waiter of the channel is parked, waiting for a message.
 func (m *Mux) Pending(name string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

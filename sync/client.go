@@ -71,18 +71,7 @@ type Client struct {
 	cluster    bool       // rdb is a Cluster client: every name's keys must share a slot
 	loaded     gosync.Map // *lua.Script: run once by this Client with WithSyncReplicas
 
-	// afterAcquire, if set, runs when an acquire script has replied, before its hold is
-	// recorded: tests stand a process pause in there. beforeRelease runs when a plain
-	// lock's release has counted its Client's waiters, and beforeLeave when a last waiter
-	// is about to drop its Client's registration: tests stand waiters coming and going
-	// meanwhile in there.
-	afterAcquire  func()
-	beforeRelease func()
-	beforeLeave   func()
-	// leaveGrace is how long past its context's end a call awaits the withdrawal of its
-	// waiter's claim (see Client.leaveBy): tests that need the withdrawal's reply to come in
-	// time, whatever the machine's load, lengthen it.
-	leaveGrace time.Duration
+	leaveGrace time.Duration // see Client.leaveBy
 
 	heirs heirs // local waiters a release may hand its lock to
 
@@ -128,7 +117,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		return nil, invalid("client", "must not be nil")
 	}
 	cfg := config{watchdogTimeout: DefaultWatchdogTimeout, log: zap.NewNop(), mode: PubSubPlain,
-		maxHandoff: DefaultLocalHandoff, retryBudget: DefaultRetryBudget}
+		maxHandoff: DefaultLocalHandoff, retryBudget: DefaultRetryBudget, leaveGrace: leaveGrace}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, invalid("option", "#%d must not be nil", i)
@@ -166,7 +155,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		replicas:   int64(cfg.replicas),
 		replicaMs:  cfg.replicaWait.Milliseconds(),
 		cluster:    cluster,
-		leaveGrace: leaveGrace,
+		leaveGrace: cfg.leaveGrace,
 		closed:     make(chan struct{}),
 		shut:       make(chan struct{}),
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 	"github.com/redis/rueidis"
@@ -47,10 +48,10 @@ type FairLock struct{ exclusive }
 func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 	l := &FairLock{}
 	l.init(c, name, "fair lock", &fairLock{
-		channel:  prefixName(lockChannelPrefix, name),
-		queue:    prefixName("redisson_lock_queue", name),
-		timeouts: prefixName("redisson_lock_timeout", name),
-		leases:   suffixName(name, "fair_leases"),
+		channel:  names.Prefix(lockChannelPrefix, name),
+		queue:    names.Prefix("redisson_lock_queue", name),
+		timeouts: names.Prefix("redisson_lock_timeout", name),
+		leases:   names.Suffix(name, "fair_leases"),
 	}, opts)
 	return l
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -24,7 +25,7 @@ import (
 
 const fairJavaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 
-func fairLeasesKey(name string) string { return suffixName(name, "fair_leases") }
+func fairLeasesKey(name string) string { return names.Suffix(name, "fair_leases") }
 
 // fairOwnChannel is the waiter's own channel, redisson_lock__channel:{name}:<owner>.
 func fairOwnChannel(l *FairLock) string { return lockChannel(l.Name()) + ":" + l.Owner() }
@@ -272,8 +273,8 @@ func TestFairGrantUnlearnedTakenByLeave(t *testing.T) {
 			return b.Hset().Key(name).FieldValue().FieldValue(fairJavaOwner, "1").Build()
 		})
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(180000).Build() })
-		wc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
+		// withLeaveGrace: the leave's reply, however slow, decides the wait
+		wc, _ := newClient(t, b.Addr, append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
 		nc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		wn, nn := fairCountAttempts(wc), fairCountAttempts(nc)
 		w, next := wc.FairLock(name, Reentrant()), nc.FairLock(name, Reentrant())
@@ -395,7 +396,7 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		}
 		// The grant's message is the token of the first dead waiter's latest attempt, which its
 		// lease entry carries.
-		entry, _ := hgetField(t, admin, suffixName(name, "fair_leases"), dead[0].Owner())
+		entry, _ := hgetField(t, admin, names.Suffix(name, "fair_leases"), dead[0].Owner())
 		_, token, _ := strings.Cut(entry, ":")
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -667,8 +668,8 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		gate := newGateProxy(t, b.Addr)
-		wc, _ := newClient(t, gate.addr(), fairSlowRechecks...)
-		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
+		// withLeaveGrace: the leave's reply, however slow, decides the wait
+		wc, _ := newClient(t, gate.addr(), append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		w, holder, other := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
@@ -737,8 +738,8 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 		const name, maxRounds = "fair:stale-race", 500
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
-		wc, _ := newClient(t, b.Addr)
-		wc.leaveGrace = time.Minute // a cancelled wait returns once its leave has run, however slow
+		// withLeaveGrace: a cancelled wait returns once its leave has run, however slow
+		wc, _ := newClient(t, b.Addr, withLeaveGrace(time.Minute))
 		hc, _ := newClient(t, b.Addr)
 		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
 		cancelled, rounds := 0, 0
@@ -808,8 +809,8 @@ func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		gate := newGateProxy(t, b.Addr)
-		wc, _ := newClient(t, gate.addr(), fairSlowRechecks...)
-		wc.leaveGrace = time.Minute // the leave's reply, however slow, decides the wait
+		// withLeaveGrace: the leave's reply, however slow, decides the wait
+		wc, _ := newClient(t, gate.addr(), append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		xc, _ := newClient(t, b.Addr, fairSlowRechecks...)
@@ -1137,8 +1138,8 @@ func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
 		const name = "fair:late-leave"
 		ctx := testCtx(t, 20*time.Second)
 		p := newHoldProxy(t, b.Addr)
-		wc, _ := newClient(t, p.addr())
-		wc.leaveGrace = time.Minute // the wait returns once its leave has run (its repeat)
+		// withLeaveGrace: the wait returns once its leave has run (its repeat)
+		wc, _ := newClient(t, p.addr(), withLeaveGrace(time.Minute))
 		hc, _ := newClient(t, b.Addr)
 		oc, _ := newClient(t, b.Addr)
 		admin := b.Client(t)

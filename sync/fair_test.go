@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -19,8 +20,8 @@ import (
 // redisson_lock_queue:{name} and the zset redisson_lock_timeout:{name} of deadlines, so the
 // tests wait for states by polling them, and write a Java process's places with raw commands.
 
-func fairQueueKey(name string) string   { return prefixName("redisson_lock_queue", name) }
-func fairTimeoutKey(name string) string { return prefixName("redisson_lock_timeout", name) }
+func fairQueueKey(name string) string   { return names.Prefix("redisson_lock_queue", name) }
+func fairTimeoutKey(name string) string { return names.Prefix("redisson_lock_timeout", name) }
 
 // fairQueue returns the lock's queue of waiting owners, head first.
 func fairQueue(t *testing.T, rdb rueidis.Client, name string) []string {
@@ -104,7 +105,7 @@ func fairSlow(opts ...Option) []Option { return append(opts, fairSlowRechecks...
 // before c is used.
 func fairCountAttempts(c *Client) *atomic.Int64 {
 	n := new(atomic.Int64)
-	c.afterAcquire = func() { n.Add(1) }
+	hooks(c).afterAcquire.set(func([]string) { n.Add(1) })
 	return n
 }
 
@@ -481,8 +482,8 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 			done     <-chan error
 		}
 		start := func() *waiter {
-			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait), WithWatchdogTimeout(3*time.Minute))
-			c.leaveGrace = time.Minute // the wait returns once its leave has run, however slow
+			// withLeaveGrace: the wait returns once its leave has run, however slow
+			c, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait), WithWatchdogTimeout(3*time.Minute), withLeaveGrace(time.Minute))
 			w := &waiter{l: c.FairLock(name, Reentrant()), attempts: fairCountAttempts(c)}
 			w.ctx, w.cancel = context.WithCancel(ctx)
 			t.Cleanup(w.cancel)

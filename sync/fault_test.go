@@ -340,7 +340,7 @@ func TestFaultPausedAcquireIsLost(t *testing.T) {
 				ctx := testCtx(t, 10*time.Second)
 				const lease = 50 * time.Millisecond
 				c, _ := newClient(t, b.Addr)
-				c.afterAcquire = func() { time.Sleep(lease + 20*time.Millisecond) } // the pause
+				hooks(c).afterAcquire.set(func([]string) { time.Sleep(lease + 20*time.Millisecond) }) // the pause
 				l := c.Lock("paused-acquire:"+call, Reentrant())
 				var err error
 				if call == "TryLock" {
@@ -645,9 +645,9 @@ func TestReentryLosingLeaseInFlightIsLost(t *testing.T) {
 		l := c.Lock("reentry-lost-in-flight", Reentrant())
 		must(t, l.Lock(ctx))
 		lost := l.Lost()
-		c.afterAcquire = func() { l.o.lease.Load().Lose("test: lost while the re-entry was on its way") }
+		hooks(c).afterAcquire.set(func([]string) { l.o.lease.Load().Lose("test: lost while the re-entry was on its way") })
 		err := l.Lock(ctx)
-		c.afterAcquire = nil
+		hooks(c).afterAcquire.set(nil)
 		if !errors.Is(err, ErrLockLost) {
 			t.Fatalf("re-entry whose lease was lost on the way: %v, want ErrLockLost", err)
 		}

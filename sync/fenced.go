@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/redis/rueidis"
 )
 
@@ -31,7 +32,7 @@ type FencedLock struct {
 // FencedLock returns a handle on the fenced lock called name (the Redis key of its hash). It
 // makes no network call; an empty name or a bad option is reported by the handle's methods.
 func (c *Client) FencedLock(name string, opts ...HandleOption) *FencedLock {
-	l := &FencedLock{tokenKey: prefixName("redisson_lock_token", name)}
+	l := &FencedLock{tokenKey: names.Prefix("redisson_lock_token", name)}
 	l.init(c, name, "fenced lock", &fencedLock{plainLock: newPlainLock(c, name), token: l.tokenKey}, opts)
 	return l
 }

@@ -75,7 +75,7 @@ func TestFencedLockNoLocalHandoff(t *testing.T) {
 		t1, err := holder.LockToken(ctx)
 		must(t, err)
 		replies := make(chan struct{}, 8)
-		c.afterAcquire = func() { replies <- struct{}{} }
+		hooks(c).afterAcquire.set(func([]string) { replies <- struct{}{} })
 		got := make(chan int64, 1)
 		go func() {
 			n, err := waiter.LockToken(ctx)

@@ -67,7 +67,7 @@ func TestCloseDuringAcquireGivesTheHoldBack(t *testing.T) {
 		t.Run("lock", func(t *testing.T) {
 			const name = "close-during-acquire"
 			c, _ := newClient(t, b.Addr)
-			c.afterAcquire = func() { c.Close() } // the script ran; Close comes before its reply is read
+			hooks(c).afterAcquire.set(func([]string) { c.Close() }) // the script ran; Close comes before its reply is read
 			if err := c.Lock(name).Lock(ctx); !errors.Is(err, ErrClosed) {
 				t.Fatalf("Lock closed during its acquire: %v, want ErrClosed", err)
 			}
@@ -83,7 +83,7 @@ func TestCloseDuringAcquireGivesTheHoldBack(t *testing.T) {
 			c, _ := newClient(t, b.Addr)
 			w := c.FairLock(name, Reentrant())
 			var once gosync.Once
-			c.afterAcquire = func() { // the waiter queued; the holder grants it the lock, and its Client closes
+			hooks(c).afterAcquire.set(func([]string) { // the waiter queued; the holder grants it the lock, and its Client closes
 				once.Do(func() {
 					must(t, holder.Unlock(ctx))
 					if _, ok := hgetField(t, admin, name, w.Owner()); !ok {
@@ -91,7 +91,7 @@ func TestCloseDuringAcquireGivesTheHoldBack(t *testing.T) {
 					}
 					c.Close()
 				})
-			}
+			})
 			if err := w.Lock(ctx); !errors.Is(err, ErrClosed) {
 				t.Fatalf("fair Lock whose Client closed as it was granted the lock: %v, want ErrClosed", err)
 			}

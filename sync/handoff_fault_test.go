@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 )
 
 // latchKeyFor is the form of an owner's unlock latch key: one key per owner.
-func latchKeyFor(name, id string) string { return prefixName(unlockLatchPrefix, name) + ":" + id }
+func latchKeyFor(name, id string) string { return names.Prefix(unlockLatchPrefix, name) + ":" + id }
 
 // The first run of an unlock whose reply was lost may reach Redis after its repeat (a
 // delayed segment of the broken connection, a proxy in between). It must change nothing: the

@@ -9,15 +9,16 @@ import (
 )
 
 // parked waits until every heir of channel is parked and no wake-up is pending.
-func parked(t *testing.T, c *Client, channel string, n int) {
+func parked(t *testing.T, c *Client, s *Semaphore, n int) {
 	t.Helper()
+	channel := s.q.clientCh
 	eventually(t, waitFor, "the waiters parked", func() bool {
 		c.heirs.mu.Lock()
 		defer c.heirs.mu.Unlock()
-		if len(c.heirs.queue[channel]) != n {
+		if len(c.heirs.queue[s.q.channel]) != n {
 			return false
 		}
-		for _, h := range c.heirs.queue[channel] {
+		for _, h := range c.heirs.queue[s.q.channel] {
 			if h.state.Load() != heirParked {
 				return false
 			}
@@ -40,13 +41,13 @@ func TestSemaphoreHandoffWakesNextWaiter(t *testing.T) {
 		must(t, s.SetPermits(ctx, 1)) // one permit in Redis
 		big := make(chan error, 1)
 		go func() { big <- c.Semaphore(name).Acquire(ctx, 2) }() // cannot be served: 1 < 2
-		waitersOn(t, c, s.channel, 1)
+		waitersOn(t, c, s.q.clientCh, 1)
 		smallCtx, cancel := context.WithTimeout(ctx, waitFor) // its re-check is 30 s away
 		defer cancel()
 		small := make(chan error, 1)
 		go func() { small <- c.Semaphore(name).Acquire(smallCtx, 1) }() // queued behind big
-		waitersOn(t, c, s.channel, 2)
-		parked(t, c, s.channel, 2)
+		waitersOn(t, c, s.q.clientCh, 2)
+		parked(t, c, s, 2)
 		must(t, s.Release(ctx, 2)) // handed to big locally: no script, no message
 		if err := <-big; err != nil {
 			t.Fatalf("big: %v", err)
@@ -73,9 +74,9 @@ func TestSemaphoreHandoffFollowsChannelOrder(t *testing.T) {
 		s := c.Semaphore(name)
 		must(t, s.SetPermits(ctx, 0))
 		// Subscribe the channel and leave it lingering.
-		spy, err := c.mux.Subscribe(s.channel, semaphorePolicy)
+		spy, err := c.mux.Subscribe(s.q.clientCh, semaphorePolicy)
 		must(t, err)
-		eventually(t, waitFor, "subscribed", func() bool { return c.mux.Subscribed(s.channel) })
+		eventually(t, waitFor, "subscribed", func() bool { return c.mux.Subscribed(s.q.clientCh) })
 		spy.Close()
 		// Redis busy for a while: the large request's first attempt is slow.
 		sleeper := redistest.ClientFor(t, b.Addr)
@@ -91,17 +92,17 @@ func TestSemaphoreHandoffFollowsChannelOrder(t *testing.T) {
 				order <- "large"
 			}
 		}()
-		waitersOn(t, c, s.channel, 1) // listening, its attempt on its way
+		waitersOn(t, c, s.q.clientCh, 1) // listening, its attempt on its way
 		go func() {
 			if err := c.Semaphore(name).Acquire(ctx, 1); err == nil {
 				order <- "small"
 			}
 		}()
-		waitersOn(t, c, s.channel, 2)
+		waitersOn(t, c, s.q.clientCh, 2)
 		eventually(t, waitFor, "small queued as heir", func() bool {
 			c.heirs.mu.Lock()
 			defer c.heirs.mu.Unlock()
-			return len(c.heirs.queue[s.channel]) == 1
+			return len(c.heirs.queue[s.q.channel]) == 1
 		})
 		must(t, s.Release(ctx, 1)) // must go to Redis (the first waiter wants 2), not to small
 		select {
@@ -125,7 +126,7 @@ func TestSemaphoreHandoffRunsForgotten(t *testing.T) {
 			must(t, s.SetPermits(ctx, 0))
 			got := make(chan error, 1)
 			go func() { got <- c.Semaphore(name).Acquire(ctx, 1) }()
-			parked(t, c, s.channel, 1)
+			parked(t, c, s, 1)
 			must(t, s.Release(ctx, 1))
 			must(t, <-got)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
 )
@@ -15,7 +15,7 @@ import (
 // newClient returns a Client on a fresh rueidis client to addr, both closed at cleanup.
 func newClient(t *testing.T, addr string, opts ...Option) (*Client, rueidis.Client) {
 	t.Helper()
-	rdb := redistest.ClientFor(t, addr)
+	rdb := newHookedRDB(t, addr)
 	c, err := New(rdb, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -133,7 +133,7 @@ func isClosed(c <-chan struct{}) bool {
 func waitChannel(c *Client, name string) string { return c.Lock(name).plain().clientCh }
 
 // lockChannel is the channel a lock's releases are published on.
-func lockChannel(name string) string { return prefixName(lockChannelPrefix, name) }
+func lockChannel(name string) string { return names.Prefix(lockChannelPrefix, name) }
 
 // must fails the test on an error; a Redis nil reply (a script's "no") is no error.
 func must(t *testing.T, err error) {
@@ -199,20 +199,6 @@ func (l *exclusive) plain() *plainLock {
 		return &f.plainLock
 	}
 	return l.v.(*plainLock)
-}
-
-// hookedRDB is a rueidis client whose Do runs hook first: the hook may answer for Redis
-// (ok: the command is not sent) or hold the command back before letting it through.
-type hookedRDB struct {
-	rueidis.Client
-	hook func(ctx context.Context, cmd rueidis.Completed) (res rueidis.RedisResult, ok bool)
-}
-
-func (r *hookedRDB) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if res, ok := r.hook(ctx, cmd); ok {
-		return res
-	}
-	return r.Client.Do(ctx, cmd)
 }
 
 // isReleaseOf reports whether cmd is a run of lua.LockRelease by owner (its own release, not

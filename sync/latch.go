@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 	"github.com/redis/rueidis"
@@ -40,7 +41,7 @@ type CountDownLatch struct {
 // CountDownLatch returns a handle on the countdown latch called name (its Redis key). It
 // makes no network call; an empty name is reported by the handle's methods.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
-	l := &CountDownLatch{channel: latchChannel(name)}
+	l := &CountDownLatch{channel: names.LatchChannel(name)}
 	l.p.init(c, name, "countdown latch")
 	return l
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 )
 
@@ -40,7 +41,7 @@ func TestLatchAwaitReturnsOnZeroForEveryAwaiter(t *testing.T) {
 			}
 		}
 		for _, c := range cs {
-			waitersOn(t, c, latchChannel(name), awaiters)
+			waitersOn(t, c, names.LatchChannel(name), awaiters)
 		}
 		for i, c := range cs {
 			must(t, c.CountDownLatch(name).CountDown(ctx))
@@ -80,7 +81,7 @@ func TestLatchAwaitHonoursContext(t *testing.T) {
 		if err := l.Await(short); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Await with a short deadline: %v, want DeadlineExceeded", err)
 		}
-		if c.mux.Waiters(latchChannel("latch-ctx")) != 0 {
+		if c.mux.Waiters(names.LatchChannel("latch-ctx")) != 0 {
 			t.Fatal("the awaiter whose ctx ended is still registered")
 		}
 	})
@@ -177,15 +178,15 @@ func TestSemaphoreWire(t *testing.T) {
 		if n, err := s.DrainPermits(ctx); n != 5 || err != nil {
 			t.Fatalf("DrainPermits: %d, %v", n, err)
 		}
-		if got := sub.published(t, ctx); len(got) != 2 || got[0] != "2" || got[1] != "5" {
-			t.Fatalf("published %q, want [2 5] (the totals; a drain publishes nothing)", got)
+		if got := sub.published(t, ctx); len(got) != 2 || got[0] != "02" || got[1] != "05" {
+			t.Fatalf("published %q, want [02 05] (the totals, which Java reads as 2 and 5; a drain publishes nothing)", got)
 		}
 
 		done := make(chan error, 1)
 		go func() { done <- c.Semaphore(name).Acquire(ctx, 2) }()
-		listeningOn(t, c, s.channel, 1)
+		listeningOn(t, c, s.q.clientCh, 1)
 		must(t, rdb.Do(ctx, rdb.B().Incrby().Key(name).Increment(2).Build()).Error())
-		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(s.channel).Message("2").Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Publish().Channel(s.q.channel).Message("2").Build()).Error())
 		select {
 		case err := <-done:
 			must(t, err)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 )
@@ -57,17 +58,10 @@ func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 // a release that frees the lock wakes one Client there, and within a Client waiters queue
 // behind each other and may be handed the lock by a local release (see heirs). One waiting
 // Client, the listener, also hears the lock's Redisson channel for the others.
-type plainLock struct {
-	channel  string // the lock's channel, Redisson's
-	clients  string // the zset of waiting Clients
-	clientCh string // the channel this Client's waiters listen on
-	listener string // the key naming the listener Client (see lib.lua's listen)
-}
+type plainLock struct{ waitingClients }
 
 func newPlainLock(c *Client, name string) plainLock {
-	clients := suffixName(name, "lock_clients")
-	return plainLock{channel: prefixName(lockChannelPrefix, name), clients: clients,
-		clientCh: clients + ":" + c.lockToken, listener: clients + ":listener"}
+	return plainLock{newWaitingClients(c, names.Prefix(lockChannelPrefix, name), names.Suffix(name, "lock_clients"), pubsub.LockPolicy)}
 }
 
 func (p *plainLock) wakeCh(*holder) string { return p.clientCh }
@@ -113,15 +107,7 @@ func (p *plainLock) replied(o *holder, a *lockAttempt, ttl int64, ok bool, err e
 		return ttl, ok, err
 	}
 	if a.registered && err == nil {
-		// The listener role may come to this Client by a message on its channel (see
-		// lib.lua's resign).
-		o.c.mux.Cue(p.clientCh, "00", p.channel, pubsub.LockPolicy)
-		switch {
-		case a.out.listen:
-			_ = o.c.mux.Forward(p.channel, p.clientCh, pubsub.LockPolicy)
-		case !ok || !a.others:
-			o.c.mux.Unforward(p.channel) // another Client listens, or this one resigned
-		}
+		p.heard(o.c, a.out.listen, ok, a.others)
 	}
 	return o.c.keepAlive(ttl), ok, err
 }
@@ -142,9 +128,6 @@ func (p *plainLock) releaseTo(o *holder, holds int, latch, n string, h *heir) (s
 	left := o.c.mux.Waiters(p.clientCh) > heirs
 	args := []string{strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
 		strconv.Itoa(holds), n, o.c.lockToken, flag(left), o.c.fairWaitMs}
-	if o.c.beforeRelease != nil {
-		o.c.beforeRelease()
-	}
 	if h != nil {
 		args = append(args, h.o.id, h.leaseMs)
 	}
@@ -199,9 +182,6 @@ func (p *plainLock) waitLeft(ctx context.Context, o *holder, until time.Time) {
 	if o.c.mux.Waiters(p.clientCh) != 0 {
 		wake()
 		return
-	}
-	if o.c.beforeLeave != nil {
-		o.c.beforeLeave()
 	}
 	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, p.clients, p.channel, p.listener},
 		[]string{o.c.lockToken, o.c.publishCmd, o.c.fairWaitMs}}, nil, func() {

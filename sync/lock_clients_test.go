@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
@@ -26,7 +27,7 @@ const redissonOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 // registered returns the tokens of the Clients registered as waiting for name, in order.
 func registered(t *testing.T, rdb rueidis.Client, name string) []string {
 	t.Helper()
-	tokens, err := rdb.Do(context.Background(), rdb.B().Zrange().Key(suffixName(name, "lock_clients")).Min("0").Max("-1").Build()).AsStrSlice()
+	tokens, err := rdb.Do(context.Background(), rdb.B().Zrange().Key(names.Suffix(name, "lock_clients")).Min("0").Max("-1").Build()).AsStrSlice()
 	must(t, err)
 	return tokens
 }
@@ -34,7 +35,7 @@ func registered(t *testing.T, rdb rueidis.Client, name string) []string {
 // countAttempts counts c's acquire scripts that got a reply.
 func countAttempts(c *Client) *atomic.Int64 {
 	n := new(atomic.Int64)
-	c.afterAcquire = func() { n.Add(1) }
+	hooks(c).afterAcquire.set(func([]string) { n.Add(1) })
 	return n
 }
 
@@ -69,7 +70,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 		holderC, rdb := newClient(t, b.Addr, fairSlow()...)
 		holder := holderC.Lock(name)
 		must(t, holder.Lock(ctx))
-		sub := rawSubscribeAlso(t, ctx, rdb, lockChannel(name), suffixName(name, "lock_clients")+":*")
+		sub := rawSubscribeAlso(t, ctx, rdb, lockChannel(name), names.Suffix(name, "lock_clients")+":*")
 
 		var locks []*Lock
 		var results []<-chan error
@@ -124,7 +125,7 @@ func TestReleaseWakesLongestWaitingClientAlone(t *testing.T) {
 				t.Errorf("waiter %d's Client attempted %d times while waiting, want once (when woken)", i, d)
 			}
 		}
-		if exists(t, rdb, name) || exists(t, rdb, suffixName(name, "lock_clients")) {
+		if exists(t, rdb, name) || exists(t, rdb, names.Suffix(name, "lock_clients")) {
 			t.Fatal("lock or registrations left after every waiter released")
 		}
 	})
@@ -183,7 +184,7 @@ func TestGoneClientCostsAKeepAlive(t *testing.T) {
 		must(t, holder.Lock(ctx))
 		// The dead Client's registration lapses a second before the live one's would.
 		now := serverMs(t, rdb)
-		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(suffixName(name, "lock_clients")).ScoreMember().
+		must(t, rdb.Do(ctx, rdb.B().Zadd().Key(names.Suffix(name, "lock_clients")).ScoreMember().
 			ScoreMember(float64((now+2000)*1000), "77").Build()).Error())
 		attempts := countAttempts(waiterC)
 		waiter := waiterC.Lock(name)
@@ -230,7 +231,7 @@ func TestLastWaiterLeavingPassesTheWakeOn(t *testing.T) {
 		})
 		// A release woke the leaver's Client — its registration taken, the lock freed — and
 		// the message never reached it.
-		must(t, rdb.Do(ctx, rdb.B().Zrem().Key(suffixName(name, "lock_clients")).Member(leaverC.lockToken).Build()).Error())
+		must(t, rdb.Do(ctx, rdb.B().Zrem().Key(names.Suffix(name, "lock_clients")).Member(leaverC.lockToken).Build()).Error())
 		must(t, rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error())
 		leave()
 		if err := <-leaver; err != context.Canceled {
@@ -318,7 +319,7 @@ func TestJavaForceUnlockWakesAWaiter(t *testing.T) {
 }
 
 // listenerKey is the key naming the listener Client of the plain lock name.
-func listenerKey(name string) string { return suffixName(name, "lock_clients") + ":listener" }
+func listenerKey(name string) string { return names.Suffix(name, "lock_clients") + ":listener" }
 
 // mustGet is GET key, "" when it does not exist.
 func mustGet(t *testing.T, rdb rueidis.Client, key string) string {
@@ -371,7 +372,7 @@ func TestReleaseKeepsRegistrationOfWaiterThatCameMeanwhile(t *testing.T) {
 			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && listening(t, b, c, name)
 		})
 		// The holder's release as sent before the waiter came: no waiters left.
-		keys := []string{name, lockChannel(name), prefixName(unlockLatchPrefix, name) + ":meanwhile", suffixName(name, "lock_clients"),
+		keys := []string{name, lockChannel(name), names.Prefix(unlockLatchPrefix, name) + ":meanwhile", names.Suffix(name, "lock_clients"),
 			listenerKey(name)}
 		args := []string{"30000", holder.Owner(), "PUBLISH", unlockLatchMs, "1", "1", c.lockToken, "0", c.fairWaitMs}
 		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 1 {
@@ -401,12 +402,12 @@ func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 				attempts.Load() >= 2
 		})
 		var next <-chan error
-		c.beforeLeave = func() {
-			c.beforeLeave = nil
+		hooks(c).beforeLeave.set(func([]string) {
+			hooks(c).beforeLeave.set(nil)
 			n := attempts.Load()
 			next = lockAsync(ctx, c.Lock(name))
 			eventually(t, waitFor, "the next waiter attempted", func() bool { return attempts.Load() > n })
-		}
+		})
 		leave()
 		if err := <-first; err != context.Canceled {
 			t.Fatalf("first waiter: %v, want context.Canceled", err)
@@ -447,13 +448,13 @@ func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken, x.lockToken}) &&
 				x.mux.Waiters(waitChannel(x, name)) == 1 && xAttempts.Load() >= 2
 		})
-		x.beforeRelease = func() {
-			x.beforeRelease = nil
+		hooks(x).beforeRelease.set(func([]string) {
+			hooks(x).beforeRelease.set(nil)
 			leave()
 			if err := <-w; err != context.Canceled {
 				t.Errorf("x's waiter: %v, want context.Canceled", err)
 			}
-		}
+		})
 		must(t, holder.Unlock(ctx)) // counted x's waiter, which left before it ran
 		wantResult(t, "z1", got1, waitFor)
 		got2 := lockAsync(ctx, z2C.Lock(name))

@@ -11,33 +11,6 @@ import (
 	"time"
 )
 
-// A Locker is one lock of a MultiLock: a *Lock, *FairLock, *FencedLock, an *RWLock (its
-// write lock) or an RWLock's Reader (a type that embeds one is a Locker too). Its holds are
-// the handle's, as if it were used alone.
-type Locker interface {
-	TryLock(ctx context.Context, opts ...TryLockOption) (bool, error)
-	Unlock(ctx context.Context) error
-	// Valid reports whether the handle's hold is live now (see Lock.Valid).
-	Valid() bool
-	// Name is the lock's name.
-	Name() string
-	// where is the lock's name on its handle's Client: a MultiLock refuses two lockers of
-	// one name on one Client (the second could only wait for the first).
-	where() string
-}
-
-func (l *exclusive) where() string { return l.o.where() }
-func (l *RWLock) where() string    { return l.r.where() }
-
-// where is the owner's name on its Client ("" for a zero value, whose calls report it).
-func (o *owner) where() string {
-	if o.c == nil {
-		return ""
-	}
-	return o.c.id + " " + o.name
-}
-func (r rwReader) where() string { return r.l.where() }
-
 // Multi takes several locks as one, all or none (Redisson's RedissonMultiLock), over any mix
 // of lock handles — of one Client or several, on one Redis or several. It makes no key of
 // its own: each lock keeps its own key, channel and lease. Make one with MultiLock. Like its
@@ -67,22 +40,21 @@ type multiHold struct {
 // nil one, two of one name on one Client) is reported by its methods.
 func MultiLock(locks ...Locker) *Multi {
 	m := &Multi{locks: locks}
-	names := make(map[string]bool, len(locks))
-	switch {
-	case len(locks) == 0:
+	if len(locks) == 0 {
 		m.err = invalid("locks", "must not be empty")
-	default:
-		for i, l := range locks {
-			if v := reflect.ValueOf(l); l == nil || v.Kind() == reflect.Pointer && v.IsNil() {
-				m.err = invalid("locks", "#%d must not be nil", i)
-				break
-			}
-			if w := l.where(); w != "" && names[w] {
-				m.err = invalid("locks", "must not name %q twice on one Client", l.Name())
-				break
-			}
-			names[l.where()] = true
+	}
+	names := make(map[string]bool, len(locks))
+	for i, l := range locks {
+		if v := reflect.ValueOf(l); l == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+			m.err = invalid("locks", "#%d must not be nil", i)
+			break
 		}
+		w := l.where()
+		if w != "" && names[w] {
+			m.err = invalid("locks", "must not name %q twice on one Client", l.Name())
+			break
+		}
+		names[w] = true
 	}
 	return m
 }
@@ -97,9 +69,6 @@ const multiRound = 1500 * time.Millisecond
 // With Lease, each lock is taken with that lease. Errors are as for TryLock.
 func (m *Multi) Lock(ctx context.Context, opts ...LockOption) error {
 	cfg, err := options(opts, LockOption.applyLock)
-	if err == nil {
-		err = cfg.check()
-	}
 	if err != nil {
 		return err
 	}
@@ -132,9 +101,6 @@ const multiPause = 50 * time.Millisecond
 // ErrOutcomeUnknown included, whose hold lapses with its lease) also leaves none held.
 func (m *Multi) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
 	cfg, err := options(opts, TryLockOption.applyTry)
-	if err == nil {
-		err = cfg.check()
-	}
 	if err != nil {
 		return false, err
 	}
@@ -162,13 +128,7 @@ func (m *Multi) try(ctx context.Context, cfg lockConfig, wait time.Duration) (bo
 	if cfg.leaseSet {
 		lease = []TryLockOption{Lease(cfg.lease)}
 	}
-	deadline := time.Now().Add(wait)
-	// A red lock's master gets redMinWait at least to answer — no more than half the
-	// lease, which the rounds' time takes from the validity.
-	answer := redMinWait
-	if cfg.leaseSet {
-		answer = min(answer, cfg.lease/2)
-	}
+	deadline, answer := time.Now().Add(wait), redAnswer(cfg)
 	for {
 		start := time.Now()
 		h := &multiHold{}
@@ -219,47 +179,11 @@ func (m *Multi) round(ctx context.Context, h *multiHold, lease []TryLockOption, 
 	return true, nil
 }
 
-// redRound asks every master at once, as the Redlock write-up does: a round costs the
-// slowest master's answer, not the sum of all. Each gets its share of the wait left (as in
-// Redisson's red lock, whose masters are asked one after another), and at least answer to
-// answer — a master that is dead or hangs no more: its requests end with the round's
-// context (see Client.try); one that fails counts as a refusal.
-func (m *Multi) redRound(ctx context.Context, h *multiHold, lease []TryLockOption, deadline time.Time, answer time.Duration) (bool, error) {
-	n := len(m.locks)
-	share := max(time.Until(deadline)/time.Duration(n), 0)
-	opts := append(slices.Clip(lease), WaitTime(share))
-	lctx, cancel := context.WithTimeout(ctx, max(share, answer))
-	defer cancel()
-	taken := make([]bool, n)
-	all(n, func(i int) { taken[i], _ = m.locks[i].TryLock(lctx, opts...) })
-	for i, ok := range taken {
-		if ok {
-			h.locks = append(h.locks, m.locks[i])
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	return len(h.locks) >= n/2+1, nil
-}
-
-// redMinWait is the least a red lock gives one master to answer (with a lease, no more than
-// half of it): a master that answers, even on a loaded machine, is not taken for one that is
-// down.
-const redMinWait = time.Second
-
 // expired reports whether, every lock taken, the acquisition is already worthless: a lock
-// taken first whose lease ran out meanwhile (a multi-lock), or, for a red lock with a lease,
-// no validity left (lease − elapsed − drift, the Redlock write-up's drift being
-// lease × 1 % + 2 ms), which it records as its deadline.
+// taken first whose lease ran out meanwhile (a multi-lock), or a red lock's validity gone.
 func (m *Multi) expired(h *multiHold, cfg lockConfig, start time.Time) bool {
 	if m.red {
-		if !cfg.leaseSet {
-			return false
-		}
-		drift := cfg.lease/100 + 2*time.Millisecond
-		h.until = start.Add(cfg.lease - drift)
-		return !time.Now().Before(h.until)
+		return h.redExpired(cfg, start)
 	}
 	for _, l := range h.locks {
 		if !l.Valid() {
@@ -301,28 +225,14 @@ func (m *Multi) release(ctx context.Context, h *multiHold, rollback bool) error 
 	}()
 	select {
 	case <-done:
-		return errors.Join(errs...)
 	case <-ctx.Done():
+		select {
+		case <-done:
+		case <-time.After(replyGrace):
+			return nil
+		}
 	}
-	select {
-	case <-done:
-		return errors.Join(errs...)
-	case <-time.After(replyGrace):
-		return nil
-	}
-}
-
-// all runs f(0) … f(n-1) at once, the last on the calling goroutine, and returns when all
-// have.
-func all(n int, f func(i int)) {
-	var wg gosync.WaitGroup
-	for i := range n - 1 {
-		wg.Go(func() { f(i) })
-	}
-	if n > 0 {
-		f(n - 1)
-	}
-	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Unlock releases every lock of the oldest hold, whatever fails, and reports every failure
@@ -341,41 +251,4 @@ func (m *Multi) Unlock(ctx context.Context) error {
 	m.held = m.held[1:]
 	m.mu.Unlock()
 	return m.release(ctx, h, false)
-}
-
-// RedLock returns a Multi that takes a quorum of locks on independent Redis masters — at
-// least 3, one lock each — rather than all of them: the Redlock algorithm (Redisson's
-// RedissonRedLock). It holds when more than half of the masters granted their lock. Every
-// master is asked at once (Redisson asks one after another), each with its share of the
-// wait, and at least a second to answer (with a Lease, half of it at most); one that is
-// unreachable or hangs counts as a refusal, and costs the round no more than that. A round
-// short of the quorum gives back what it took and, while the wait allows, another follows.
-// With Lease, its validity is the lease less the time the round that took it lasted and a
-// drift of 1 % + 2 ms (Deadline); without, each lock is kept by its Client's watchdog.
-//
-// Redisson deprecates its red lock, and so should you reach for it last: its safety rests on
-// clocks that do not jump and processes that do not pause, which nothing checks (Martin
-// Kleppmann's "How to do distributed locking"), and it needs masters that fail
-// independently. A FencedLock (tokens make a paused holder's late writes harmless) on a
-// Redis with replicas, or an RLock-style lock confirmed by replicas, is the sounder choice.
-// RedLock exists for fleets that already run one across masters.
-func RedLock(locks ...Locker) *Multi {
-	m := MultiLock(locks...)
-	m.red = true
-	if m.err == nil && len(locks) < 3 {
-		m.err = invalid("locks", "must be at least 3 locks on independent masters for a red lock, got %d", len(locks))
-	}
-	return m
-}
-
-// Deadline returns when a red lock taken with a Lease stops being valid (the lease, less the
-// acquisition's time and the drift), and false otherwise (not held, no lease, or a
-// multi-lock, whose members' Deadlines tell).
-func (m *Multi) Deadline() (time.Time, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.red || len(m.held) == 0 || m.held[0].until.IsZero() {
-		return time.Time{}, false
-	}
-	return m.held[0].until, true
 }

@@ -99,10 +99,10 @@ func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func
 	if o.c.closing() {
 		return cfg, o.wrap(ErrClosed) // Shutdown gives back what is held: nothing new may be taken
 	}
-	return cfg, cfg.check()
+	return cfg, nil
 }
 
-// options applies an acquisition's options, refusing a nil one.
+// options applies an acquisition's options, refusing a nil one and values out of range.
 func options[O comparable](opts []O, apply func(O, *lockConfig)) (lockConfig, error) {
 	var cfg lockConfig
 	var none O
@@ -112,7 +112,7 @@ func options[O comparable](opts []O, apply func(O, *lockConfig)) (lockConfig, er
 		}
 		apply(opt, &cfg)
 	}
-	return cfg, nil
+	return cfg, cfg.check()
 }
 
 // leaseMs is the lease as scripts take it: the watchdog timeout when there is none.
@@ -160,6 +160,7 @@ type config struct {
 	fairWait        time.Duration // 0: the watchdog timeout
 	replicas        int
 	replicaWait     time.Duration
+	leaveGrace      time.Duration // see Client.leaveBy
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog

@@ -8,11 +8,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
-	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
 )
 
@@ -42,7 +41,7 @@ type PermitSemaphore struct {
 // PermitSemaphore returns a handle on the permit-expirable semaphore called name (its Redis
 // key). It makes no network call; an empty name is reported by the handle's methods.
 func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
-	s := &PermitSemaphore{channel: prefixName(semaphoreChannelPrefix, name), timeouts: suffixName(name, "timeout")}
+	s := &PermitSemaphore{channel: names.Prefix(semaphoreChannelPrefix, name), timeouts: names.Suffix(name, "timeout")}
 	s.p.init(c, name, "permit semaphore")
 	return s
 }
@@ -53,99 +52,6 @@ func (s *PermitSemaphore) Name() string { return s.p.name }
 // maxPermitsPerCall is the most permits one acquisition may take: each is an argument of the
 // scripts, a member of the zset, and a check in every renewal.
 const maxPermitsPerCall = 4096
-
-// Permits are the permits one acquisition took: their IDs and their lease.
-//
-// A nil *Permits — what a failed Acquire returns — holds nothing: its Release returns
-// ErrNotHeld, so that the usual order
-//
-//	p, err := s.Acquire(ctx, 1)
-//	defer p.Release(ctx)
-//	if err != nil { ... }
-//
-// does not panic; IDs is empty, Valid false, Deadline false and Lost nil (never closed), as
-// for a zero Permits.
-type Permits struct {
-	s        *PermitSemaphore
-	ids      []string
-	lease    *watchdog.Lease
-	released atomic.Bool
-}
-
-// IDs returns the permits' IDs, 32 lowercase hex characters each, as Redisson shows them.
-func (p *Permits) IDs() []string {
-	if p == nil {
-		return nil
-	}
-	return append([]string(nil), p.ids...)
-}
-
-// held reports whether p is the result of an acquisition (not nil, not a zero Permits).
-func (p *Permits) held() bool { return p != nil && p.s != nil && p.lease != nil }
-
-// Lost returns a channel closed when the permits' lease is lost while held: the watchdog
-// found a permit gone or expired, no renewal succeeded before the lease ran out, an explicit
-// Lease ran out, or Release found a permit expired. What it can and cannot promise is as for
-// Lock.Lost: check Valid right before acting.
-func (p *Permits) Lost() <-chan struct{} {
-	if !p.held() {
-		return nil
-	}
-	return p.lease.Lost()
-}
-
-// Valid reports whether the permits' lease is ahead now by the monotonic clock, as last
-// confirmed by Redis, and no loss is known. After Release it is false.
-func (p *Permits) Valid() bool { return p.held() && live(p.lease) }
-
-// Deadline returns when the permits' lease ends unless renewed, as last confirmed by Redis,
-// and false once they are released or their lease is lost.
-func (p *Permits) Deadline() (time.Time, bool) {
-	if !p.held() {
-		return time.Time{}, false
-	}
-	return p.lease.Deadline()
-}
-
-// Release gives the permits back. It returns nil when every one of them was still acquired
-// and unexpired; an error wrapping ErrLockLost (and ErrNotHeld) when some had expired (they
-// are given back all the same, and Lost closes); ErrNotHeld after a Release that got a reply
-// or whose outcome is unknown. Its repeats and unknown outcomes are as for
-// Semaphore.Release. Refused by Redis, it did nothing: the permits are held, no longer
-// renewed, until Release is called again or their lease ends. On a nil (or zero) Permits,
-// which hold nothing, it returns an error wrapping ErrNotHeld and sends nothing.
-func (p *Permits) Release(ctx context.Context) error {
-	if !p.held() {
-		return fmt.Errorf("%w: no permits (a nil Permits, as a failed Acquire returns)", ErrNotHeld)
-	}
-	if err := p.s.p.check(ctx); err != nil {
-		return err
-	}
-	if p.released.Swap(true) {
-		return p.s.p.wrap(fmt.Errorf("%w: the permits were released already", ErrNotHeld))
-	}
-	if round := p.lease.Stop(); round != nil {
-		<-round // a renewal on its way lands before the release, never after
-	}
-	live, err := p.s.release(ctx, p.ids)
-	if !replied(err) && !errors.Is(err, ErrOutcomeUnknown) {
-		// Refused: nothing ran, and the permits are still held, no longer renewed: they lapse
-		// with their lease unless Release is called again.
-		p.lease.Lapse()
-		p.released.Store(false)
-		return err
-	}
-	p.s.p.c.permitsHeld.remove(p)
-	if replied(err) && live >= 0 && live < len(p.ids) {
-		// Expired (and maybe reclaimed), or released by ID by another handle or process: the
-		// script cannot tell a reclaimed permit from a released one.
-		reason := fmt.Sprintf("%d of %d permits were no longer acquired (expired, or released by ID elsewhere)",
-			len(p.ids)-live, len(p.ids))
-		p.lease.Lose(reason)
-		err = p.s.p.wrap(errors.Join(tag("lease lost: "+reason, ErrLockLost, ErrNotHeld), err))
-	}
-	return err
-}
 
 // TrySetPermits sets the number of available permits to n if the semaphore does not exist
 // yet, and reports whether it did. n must be in [0, 2³¹-1].
@@ -329,119 +235,4 @@ func (s *PermitSemaphore) release(ctx context.Context, ids []string) (int, error
 		return 0, o.wrap(perr)
 	}
 	return int(live), err
-}
-
-// checkPermitID validates a permit ID: 16 bytes in hex.
-func checkPermitID(id string) error {
-	if _, err := hex.DecodeString(id); err != nil || len(id) != 32 {
-		return invalid("permit ID", "must be 32 hex characters, got %q", id)
-	}
-	return nil
-}
-
-// UpdateLeaseTime extends the lease of the permit id to end lease from now, and reports
-// whether it was acquired (and unexpired). Leases only grow: a permit whose lease ends later
-// (or never) keeps it, so that no holder's Valid outlives its permit. (Redisson's sets the
-// lease, also shorter.) A permit kept by the watchdog is still renewed by it. lease must be
-// at least 1 ms.
-func (s *PermitSemaphore) UpdateLeaseTime(ctx context.Context, id string, lease time.Duration) (bool, error) {
-	if err := checkPermitID(id); err != nil {
-		return false, err
-	}
-	if lease < time.Millisecond {
-		return false, invalid("lease", "must be >= 1ms, got %v", lease)
-	}
-	expiry := strconv.FormatInt(time.Now().Add(lease).UnixMilli(), 10)
-	r := s.state(ctx, "update", id, expiry)
-	if !replied(r.err) {
-		return false, s.p.wrap(r.err)
-	}
-	n, err := r.msg.AsInt64()
-	if err != nil {
-		return false, s.p.wrap(err)
-	}
-	return n == 1, s.p.wrap(r.err)
-}
-
-// LeaseTime returns how long the permit id has before its lease ends, NoExpiry for a permit
-// acquired without a lease (by Redisson), or an error wrapping ErrNotHeld when it is not
-// acquired.
-func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Duration, error) {
-	if err := checkPermitID(id); err != nil {
-		return 0, err
-	}
-	msg := s.state(ctx, "lease", id)
-	if msg.IsNil() {
-		return 0, s.p.wrap(fmt.Errorf("%w: permit %s is not acquired", ErrNotHeld, id))
-	}
-	ms, err := msg.AsInt64()
-	if err != nil {
-		return 0, s.p.wrap(err)
-	}
-	if ms < 0 {
-		return NoExpiry, nil
-	}
-	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// AvailablePermits returns the number of permits available now, after giving back expired
-// ones.
-func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "available").AsInt64()
-	return int(n), s.p.wrap(err)
-}
-
-// AcquiredPermits returns the number of permits acquired now, after giving back expired
-// ones.
-func (s *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "acquired").AsInt64()
-	return int(n), s.p.wrap(err)
-}
-
-// Permits returns the number of permits in all, available and acquired (0 when the
-// semaphore does not exist), after giving back expired ones.
-func (s *PermitSemaphore) Permits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "permits").AsInt64()
-	return int(n), s.p.wrap(err)
-}
-
-// state runs lua.PermitState in mode, repeated within the retry budget while its reply is
-// lost (it is safe to repeat): a read (every mode but "update") as Client.read does, waiting
-// for Redis while ctx lasts, and without a deadline for the retry budget at most. Its error
-// is in the message.
-func (s *PermitSemaphore) state(ctx context.Context, mode string, args ...string) stateReply {
-	o := &s.p.owner
-	if err := o.check(ctx); err != nil {
-		return stateReply{err: err}
-	}
-	// A read unless it updates: what a read gave back of expired permits needs no
-	// confirming.
-	msg, _, err := o.c.try(ctx, mode == "update", true, &scriptCall{o.c, lua.PermitState, []string{o.name, s.timeouts, s.channel},
-		append([]string{mode, nowMs(), o.c.publishCmd}, args...)})
-	return stateReply{msg, err}
-}
-
-// stateReply is a reply and its error, read as one.
-type stateReply struct {
-	msg rueidis.RedisMessage
-	err error
-}
-
-func (r stateReply) IsNil() bool { return r.err == nil && r.msg.IsNil() }
-
-func (r stateReply) AsInt64() (int64, error) {
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.msg.AsInt64()
-}
-
-// permitKeys are a batch of permit acquisitions' keys for lua.PermitRenew: each
-// semaphore's zset of acquired permits.
-func permitKeys(b watchdog.Batch) []string {
-	keys := make([]string, len(b.Keys))
-	for i, k := range b.Keys {
-		keys[i] = suffixName(k, "timeout")
-	}
-	return keys
 }

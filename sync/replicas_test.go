@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -395,7 +396,7 @@ func TestSyncReplicasRefusedGiveBackIsRepeated(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Acquire(ctx, 2) }()
 	eventually(t, 10*time.Second, "the acquire runs, and waits for its replica", func() bool { return permits() == 1 })
-	latches, err := rdb.Do(ctx, rdb.B().Keys().Pattern(prefixName(unlockLatchPrefix, name)+":*").Build()).AsStrSlice()
+	latches, err := rdb.Do(ctx, rdb.B().Keys().Pattern(names.Prefix(unlockLatchPrefix, name)+":*").Build()).AsStrSlice()
 	must(t, err)
 	if len(latches) != 1 {
 		t.Fatalf("latch keys %q, want the handle's one", latches)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
-	"github.com/latchkey/latchkey/watchdog"
 )
 
 // RWLock is a handle on a reentrant read-write lock, wire-compatible with Redisson's
@@ -61,8 +60,8 @@ type rwPair struct {
 // RWLock returns a handle on the read-write lock called name (the Redis key of its hash). It
 // makes no network call; an empty name or a bad option is reported by the handle's methods.
 func (c *Client) RWLock(name string, opts ...HandleOption) *RWLock {
-	l := &RWLock{channel: prefixName("redisson_rwlock", name), writers: suffixName(name, "rwlock_writers")}
-	l.prefix = strings.TrimSuffix(suffixName(name, ""), ":")
+	l := &RWLock{channel: names.Prefix("redisson_rwlock", name), writers: names.Suffix(name, "rwlock_writers")}
+	l.prefix = strings.TrimSuffix(names.Suffix(name, ""), ":")
 	cfg, err := handleOptions(opts)
 	l.reentrant = cfg.reentrant
 	l.writes.exclusive = true
@@ -84,7 +83,7 @@ func (l *RWLock) pair(c *Client, name string, p *rwPair) {
 }
 
 // readTimeouts is the prefix of owner's read hold timeout keys on the lock called name.
-func readTimeouts(name, owner string) string { return suffixName(name, owner) + ":rwlock_timeout" }
+func readTimeouts(name, owner string) string { return names.Suffix(name, owner) + ":rwlock_timeout" }
 
 // borrow returns the owner pair an acquisition takes its hold as: a Reentrant handle's own,
 // or else an idle pair of the Client's for the name (see lender).
@@ -252,161 +251,4 @@ func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.
 // readers it held back; in the background, awaited until until at most (see owner.withdraw).
 func (l *RWLock) leave(ctx context.Context, o *holder, until time.Time) {
 	_, _ = o.withdraw(ctx, until, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil, nil)
-}
-
-// RUnlock releases one read hold: the oldest, unless the handle is Reentrant. Its guarantee
-// and errors are Lock.Unlock's.
-func (l *RWLock) RUnlock(ctx context.Context) error {
-	return l.unlock(ctx, false)
-}
-
-// Unlock releases one write hold: the oldest, unless the handle is Reentrant. Its guarantee
-// and errors are Lock.Unlock's. At the last write hold every waiter is woken; if a Reentrant
-// handle still holds read locks (a downgrade), the lock stays in read mode.
-func (l *RWLock) Unlock(ctx context.Context) error {
-	return l.unlock(ctx, true)
-}
-
-// unlock releases one read or write hold.
-func (l *RWLock) unlock(ctx context.Context, write bool) error {
-	if l.reentrant {
-		return l.unlockAs(ctx, &l.rwPair, write)
-	}
-	if err := l.r.check(ctx); err != nil {
-		return err
-	}
-	held, mode := &l.reads, "read"
-	if write {
-		held, mode = &l.writes, "write"
-	}
-	h, ok := held.pop()
-	if !ok {
-		return l.r.wrap(fmt.Errorf("%w: the handle holds no %s lock", ErrNotHeld, mode))
-	}
-	err := l.unlockAs(ctx, h.o, write)
-	if !l.returnPair(h.o, h.o.side(write)) {
-		held.unpop(h) // Redis refused the release: the hold is still the handle's
-	}
-	return overlapped(err, h, &l.r)
-}
-
-// unlockAs releases one read or write hold of p's.
-func (l *RWLock) unlockAs(ctx context.Context, p *rwPair, write bool) error {
-	if write {
-		o := &p.w
-		return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.writeRelease(p, o.count, latch, n), nil })
-	}
-	o := &p.r
-	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.readRelease(p, o.count, latch, n), nil })
-}
-
-// readRelease makes p's numbered release of one of holds read holds it has in Redis.
-func (l *RWLock) readRelease(p *rwPair, holds int, latch, n string) script {
-	o := &p.r
-	return script{lua.ReadRelease, []string{o.name, l.channel, p.timeouts, l.prefix, latch, l.writers},
-		[]string{"0", o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs(),
-			strconv.FormatInt(o.ttl().Milliseconds(), 10)}}
-}
-
-// writeRelease makes p's numbered release of one of holds write holds it has in Redis.
-func (l *RWLock) writeRelease(p *rwPair, holds int, latch, n string) script {
-	o := &p.w
-	return script{lua.WriteRelease, []string{o.name, l.channel, latch, l.writers},
-		[]string{"1", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
-			strconv.Itoa(holds), n}}
-}
-
-// IsLocked reports whether anyone holds the lock, to read or to write.
-func (l *RWLock) IsLocked(ctx context.Context) (bool, error) { return l.r.exists(ctx) }
-
-// Lost returns a channel closed when the lease of the handle's current (or most recent)
-// write hold is lost while held; RLost does the same for its read holds. What they can and
-// cannot promise is as for Lock.Lost.
-func (l *RWLock) Lost() <-chan struct{} {
-	if l.reentrant {
-		return l.w.lostCh()
-	}
-	return l.writes.lost()
-}
-
-// RLost returns a channel closed when the lease of the handle's current (or most recent)
-// read holds is lost while held (see Lost).
-func (l *RWLock) RLost() <-chan struct{} {
-	if l.reentrant {
-		return l.r.lostCh()
-	}
-	return l.reads.lost()
-}
-
-// side is p's writer, or its reader.
-func (p *rwPair) side(write bool) *holder {
-	if write {
-		return &p.w
-	}
-	return &p.r
-}
-
-// current is the owner and lease of the write (or read) hold the next Unlock (RUnlock) ends:
-// a Reentrant handle's own (its lease nil before its first hold), or nil when a mutex handle
-// holds none.
-func (l *RWLock) current(write bool) (*holder, *watchdog.Lease) {
-	if l.reentrant {
-		o := l.side(write)
-		return o, o.lease.Load()
-	}
-	held := &l.reads
-	if write {
-		held = &l.writes
-	}
-	h, ok := held.peek()
-	if !ok {
-		return nil, nil
-	}
-	return h.o.side(write), h.lease
-}
-
-// valid reports whether the handle's write (or read) holds are live now (see Lock.Valid).
-func (l *RWLock) valid(write bool) bool {
-	if l.reentrant {
-		return l.side(write).valid()
-	}
-	if write {
-		return l.writes.valid()
-	}
-	return l.reads.valid()
-}
-
-// Reader returns the read lock of l as a Locker, for a MultiLock: its TryLock is TryRLock,
-// its Unlock RUnlock.
-func (l *RWLock) Reader() Locker {
-	if l == nil {
-		return nil
-	}
-	return rwReader{l}
-}
-
-type rwReader struct{ l *RWLock }
-
-func (r rwReader) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
-	return r.l.TryRLock(ctx, opts...)
-}
-
-func (r rwReader) Unlock(ctx context.Context) error { return r.l.RUnlock(ctx) }
-
-func (r rwReader) Valid() bool { return r.l.valid(false) }
-
-func (r rwReader) Name() string { return r.l.Name() }
-
-// Valid reports whether the handle's write hold is live now: its lease, as last confirmed
-// by Redis, is ahead by the monotonic clock (see Lock.Valid).
-func (l *RWLock) Valid() bool { return l.valid(true) }
-
-// readKeys are a batch of read holds' keys for lua.ReadRenew: each lock with its owner's
-// timeout key prefix.
-func readKeys(b watchdog.Batch) []string {
-	keys := make([]string, 0, 2*len(b.Keys))
-	for i, k := range b.Keys {
-		keys = append(keys, k, readTimeouts(k, b.Owners[i]))
-	}
-	return keys
 }

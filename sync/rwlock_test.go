@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -22,8 +23,8 @@ import (
 // channel redisson_rwlock:{name}) plus latchkey's zset of waiting writers, so the tests wait
 // for states by polling Redis, and write a Java process's holds with raw commands.
 
-func rwChannel(name string) string    { return prefixName("redisson_rwlock", name) }
-func rwWritersKey(name string) string { return suffixName(name, "rwlock_writers") }
+func rwChannel(name string) string    { return names.Prefix("redisson_rwlock", name) }
+func rwWritersKey(name string) string { return names.Suffix(name, "rwlock_writers") }
 
 // rwTimeoutKey is the timeout key of owner's k-th read hold on name.
 func rwTimeoutKey(name, owner string, k int) string {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
-	"github.com/latchkey/latchkey/pubsub"
 	"github.com/redis/rueidis"
 )
 
@@ -39,41 +38,34 @@ import (
 // one waits behind a large one that cannot be served yet. (TryAcquire without WaitTime makes
 // its one attempt regardless.) A Release hands its permits straight to the Client's
 // longest-waiting waiter, if that one waits for as many, with no request to Redis at all —
-// up to WithLocalHandoff times in a row; then the permits go back to Redis. Across Clients
-// and Java processes there is no order: a release to Redis wakes the longest-waiting waiter
-// of every Client, and they race for the permits, as Redisson's waiters do.
+// up to WithLocalHandoff times in a row; then the permits go back to Redis. A release to
+// Redis wakes one other Client, the first registered whose first waiter the permits can
+// serve, and Java's waiters, which race it as Redisson's waiters race each other.
 //
 // A handle is safe for concurrent use, and concurrent calls on it do not wait for each
-// other: share one per process (or per Client) rather than making one per call. A release
-// message that never arrives (a Java process publishing with another pub/sub mode, a
-// failover) costs each waiter at most the watchdog timeout, when it checks again by itself:
-// that re-check is the only cost of waiting, one script per waiter per watchdog timeout.
+// other: share one per process (or per Client) rather than making one per call. A wake
+// that never arrives (a Java process publishing with another pub/sub mode, a failover)
+// costs a Client's first waiter at most a third of the fair wait time
+// (WithFairLockWaitTimeout, by default the watchdog timeout), when it checks again by
+// itself, which also keeps its Client's registration alive: one script per third.
 type Semaphore struct {
-	p       pool
-	channel string // redisson_sc:{name}
+	p     pool
+	q     waitingClients // waiting Clients (see lib.lua's sem_wait); q.channel is redisson_sc:{name}
+	wants string         // the permits each waiting Client's first waiter wants
 }
 
 // Semaphore returns a handle on the semaphore called name (its Redis key). It makes no
 // network call; an empty name is reported by the handle's methods.
 func (c *Client) Semaphore(name string) *Semaphore {
-	s := &Semaphore{channel: prefixName(semaphoreChannelPrefix, name)}
+	clients := names.Suffix(name, "sem_clients")
+	s := &Semaphore{q: newWaitingClients(c, names.Prefix(semaphoreChannelPrefix, name), clients, semaphoreForward),
+		wants: clients + ":wants"}
 	s.p.init(c, name, "semaphore")
 	return s
 }
 
 // Name returns the semaphore's name, which is its Redis key.
 func (s *Semaphore) Name() string { return s.p.name }
-
-// maxPermits is the most permits one call may name: Redisson counts them in a Java int.
-const maxPermits = math.MaxInt32
-
-// checkPermits validates a number of permits called arg, at least least.
-func checkPermits(arg string, n, least int) error {
-	if n < least || n > maxPermits {
-		return invalid(arg, "must be in [%d, %d], got %d", least, maxPermits, n)
-	}
-	return nil
-}
 
 // TrySetPermits sets the number of available permits to n if the semaphore does not exist
 // yet, and reports whether it did. n must be in [0, 2³¹-1].
@@ -116,7 +108,7 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
 	o := &s.p.owner
 	return s.p.request(ctx, func(latch, req string) script {
-		return script{lua.SemSet, []string{o.name, latch, s.channel},
+		return script{lua.SemSet, []string{o.name, latch, s.q.channel, s.q.clients, s.wants},
 			[]string{mode, strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
 	}, nil)
 }
@@ -145,7 +137,7 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 		return err
 	}
 	c := s.p.c
-	if c.heirs.give(s.channel, n, c.maxHandoff) {
+	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
 		return nil
 	}
 	return s.add(ctx, n)
@@ -157,7 +149,7 @@ func (s *Semaphore) add(ctx context.Context, n int) error {
 		return err
 	}
 	_, err := s.p.request(context.WithoutCancel(ctx), func(latch, req string) script {
-		return script{lua.SemRelease, []string{o.name, latch, s.channel},
+		return script{lua.SemRelease, []string{o.name, latch, s.q.channel, s.q.clients, s.wants},
 			[]string{strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
 	}, nil)
 	return err
@@ -206,43 +198,33 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOpt
 	return s.acquire(ctx, n, cfg.wait)
 }
 
-// semaphorePolicy wakes the longest-waiting local waiter on a release: the others' turns
-// come one by one (see acquirePermits).
-func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload), 1) }
-
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
 	c := s.p.c
 	var h *heir
 	if limit != 0 && c.maxHandoff > 0 {
-		h = &heir{key: s.channel, permits: n}
+		h = &heir{key: s.q.channel, permits: n}
 	}
+	var reg registration // what the last attempt did to the Client's registration
+	attempts, first := 0, false
 	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
-		ok, more, err := s.attempt(ctx, n)
+		ok, more, r, err := s.attempt(ctx, n, limit != 0)
+		reg, attempts = r, attempts+1
+		first = first || attempts == 1 && ok
 		if h != nil {
 			h.more.Store(more)
 		}
-		return -1, ok, err
+		return c.keepAlive(-1), ok, err
 	})
-	return c.acquirePermits(ctx, s.channel, limit, h, a)
-}
-
-// acquirePermits is how both semaphores wait for permits, up to limit (0: one attempt;
-// negative: no limit), attempting with a. A Client's waiters are served in arrival order:
-// a newcomer joins behind them, only the first attempts (wait.ordered), and the first wakes
-// the next when it leaves — when it gave up, or when it was served and the next may be too
-// (its attempter wakes it then: see Semaphore.attempt). With h, a local release may hand
-// the wait its permits (heirs.give); one handed them that had seen permits too few for it
-// in Redis wakes the next waiter, for which they may be enough: nothing else would, as a
-// hand-off sends no message.
-func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.Duration, h *heir, a attempter) (bool, error) {
-	if limit == 0 {
-		_, ok, err := a.attempt(ctx)
-		return ok, err
-	}
-	w := wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, heir: h}
-	ok, err := c.acquire(ctx, w)
-	if !ok || (h != nil && h.state.Load() == heirGone && h.more.Load()) {
-		c.mux.Wake(channel)
+	ok, err := c.acquirePermits(ctx, s.q.clientCh, limit, h, a)
+	// A wait that waited may have had the Client registered, by its attempts or others'.
+	waited := limit != 0 && !first
+	switch waiters := c.mux.Waiters(s.q.clientCh); {
+	case waited && reg != registrationDropped && waiters == 0:
+		s.leave(ctx, c.leaveBy(ctx, err))
+	case reg == registrationDropped && waiters > 0:
+		// The take dropped it, counting no other waiter: one came meanwhile, and attempts
+		// to register the Client again.
+		c.mux.Wake(s.q.clientCh)
 	}
 	return ok, err
 }
@@ -252,34 +234,54 @@ func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.
 // Client's next waiter: its turn. One that leaves none does not: with no lease to end, only
 // a release, whose message wakes the next waiter, can serve it. Permits taken that too few
 // replicas confirmed (WithSyncReplicas) are given back, and the error says so.
-func (s *Semaphore) attempt(ctx context.Context, n int) (ok, more bool, err error) {
+func (s *Semaphore) attempt(ctx context.Context, n int, waiting bool) (ok, more bool, reg registration, err error) {
 	o := &s.p.owner
+	registers, others, listens := false, false, false
+	defer func() {
+		switch {
+		case !registers || err != nil:
+			return
+		case !ok || others:
+			reg = registrationKept
+		default:
+			reg = registrationDropped
+		}
+		s.q.heard(o.c, listens, ok, others)
+	}()
 	msg, err := s.p.request(ctx, func(latch, req string) script {
-		return script{lua.SemAcquire, []string{o.name, latch, s.channel},
-			[]string{strconv.Itoa(n), req, unlockLatchMs, "0", o.c.publishCmd}}
+		keys := []string{o.name, latch, s.q.channel, s.q.clients, s.wants, s.q.listener}
+		args := []string{strconv.Itoa(n), req, unlockLatchMs, "0", o.c.publishCmd}
+		// Registered only once its channel is subscribed: a wake sent to a Client not
+		// subscribed yet would reach nobody.
+		if registers = waiting && o.c.mux.Subscribed(s.q.clientCh); registers {
+			others = o.c.mux.Waiters(s.q.clientCh) > 1
+			args = append(args, o.c.lockToken, o.c.fairWaitMs, flag(others))
+		}
+		return script{lua.SemAcquire, keys, args}
 	}, func(args []string) []string {
 		args[3] = "1" // repeated as a cancel: the caller was told the permits are not its
 		return args
 	})
 	if errors.Is(err, ErrNotReplicated) {
-		return false, true, err // withdrawn: whatever it took is given back
+		return false, true, 0, err // withdrawn: whatever it took is given back
 	}
 	if err != nil {
-		return false, false, err
+		return false, false, 0, err
 	}
 	if msg.IsNil() {
-		return false, true, nil // a repeat of an attempt that failed: what it found is not known
+		return false, true, 0, nil // a repeat of an attempt that failed: what it found is not known
 	}
-	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) == 1 {
+	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) > 0 {
+		listens = len(arr) == 2
 		avail, err := arr[0].AsInt64()
-		return false, avail > 0, o.wrap(err)
+		return false, avail > 0, 0, o.wrap(err)
 	}
 	left, err := msg.AsInt64()
 	if err != nil {
-		return false, false, o.wrap(err)
+		return false, false, 0, o.wrap(err)
 	}
 	if left != 0 {
-		o.c.mux.Wake(s.channel)
+		o.c.mux.Wake(s.q.clientCh)
 	}
-	return true, false, nil
+	return true, false, 0, nil
 }

@@ -133,7 +133,7 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 			t.Fatalf("%d permits after the next acquire, want 4", n)
 		}
 		// The cancel marked the request stale: a late run of it changes nothing.
-		keys := []string{name, latch, s.channel}
+		keys := []string{name, latch, s.q.channel, s.q.clients, s.wants, s.q.listener}
 		late := []string{"3", req, unlockLatchMs, "0", c.publishCmd} // the acquire, as its first run sent it
 		if v, err := lua.SemAcquire.Exec(ctx, admin, keys, late).ToMessage(); !v.IsNil() || (err != nil && !rueidis.IsRedisNil(err)) {
 			t.Fatalf("a late run of the cancelled acquire replied %v, %v; want nil", v, err)

@@ -210,10 +210,10 @@ func TestSemaphoreServesClientWaitersInArrivalOrder(t *testing.T) {
 			}()
 		}
 		start("large", 3)
-		waitersOn(t, c, s.channel, 1)
+		waitersOn(t, c, s.q.clientCh, 1)
 		for i, who := range []string{"small1", "small2", "small3"} {
 			start(who, 1)
-			waitersOn(t, c, s.channel, i+2)
+			waitersOn(t, c, s.q.clientCh, i+2)
 		}
 		must(t, s.Release(ctx, 1)) // not enough for the large request: nobody is served
 		must(t, s.Release(ctx, 2)) // now it is
@@ -222,6 +222,12 @@ func TestSemaphoreServesClientWaitersInArrivalOrder(t *testing.T) {
 		}
 		if n := available(t, ctx, s); n != 0 {
 			t.Fatalf("%d permits left after the large request, want 0 (a small one overtook it?)", n)
+		}
+		{
+			rdb := b.Client(t)
+			z, _ := rdb.Do(ctx, rdb.B().Zrange().Key(s.q.clients).Min("0").Max("-1").Withscores().Build()).ToAny()
+			w, _ := rdb.Do(ctx, rdb.B().Hgetall().Key(s.wants).Build()).AsStrMap()
+			t.Logf("DBG clients %v wants %v waiters %d pending %d", z, w, c.mux.Waiters(s.q.clientCh), c.mux.Pending(s.q.clientCh))
 		}
 		must(t, s.Release(ctx, 3)) // the three small ones, in order
 		for _, want := range []string{"small1", "small2", "small3"} {
@@ -244,19 +250,18 @@ func TestSemaphoreWaiterThatLeavesPassesItsTurn(t *testing.T) {
 		bigCtx, cancelBig := context.WithCancel(ctx)
 		big := make(chan error, 1)
 		go func() { big <- c.Semaphore(name).Acquire(bigCtx, 5) }()
-		waitersOn(t, c, s.channel, 1)
+		waitersOn(t, c, s.q.clientCh, 1)
 		small := make(chan error, 1)
 		go func() { small <- c.Semaphore(name).Acquire(ctx, 1) }()
-		listeningOn(t, c, s.channel, 2)
-		// A spy behind them sees the release's message arrive; the large request has taken
-		// its wake-up once none is pending.
-		spy, _, err := c.mux.Listen(s.channel, semaphorePolicy)
-		must(t, err)
-		defer spy.Close()
-		must(t, s.Release(ctx, 1)) // the large request is woken, and cannot be served
-		eventually(t, waitFor, "the large request took its wake-up", func() bool {
-			return spy.Last() == "1" && c.mux.Pending(s.channel) == 0
-		})
+		listeningOn(t, c, s.q.clientCh, 2)
+		must(t, s.Release(ctx, 1)) // not enough for the large request: nobody is served
+		select {
+		case err := <-small:
+			t.Fatalf("the small request overtook the large one ahead of it: %v", err)
+		case err := <-big:
+			t.Fatalf("the large request ended with 1 permit for 5: %v", err)
+		default:
+		}
 		cancelBig()
 		if err := <-big; !errors.Is(err, context.Canceled) {
 			t.Fatalf("large request: %v, want context.Canceled", err)
@@ -286,7 +291,7 @@ func TestSemaphoreTryAcquireWaitTime(t *testing.T) {
 			}
 			got <- err
 		}()
-		waitersOn(t, c, s.channel, 1)
+		waitersOn(t, c, s.q.clientCh, 1)
 		must(t, s.Release(ctx, 1))
 		if err := <-got; err != nil {
 			t.Fatal(err)
@@ -321,13 +326,13 @@ func TestSemaphoreLocalHandoff(t *testing.T) {
 				}
 				served <- i
 			}()
-			waitersOn(t, c, s.channel, i+1)
+			waitersOn(t, c, s.q.clientCh, i+1)
 		}
 		sub.published(t, ctx) // the SetPermits
 		for i, handed := range []bool{true, true, false, true} {
 			// Every waiter is parked: none is attempting, woken by the subscription's
 			// confirmation, which may come late.
-			parked(t, c, s.channel, 4-i)
+			parked(t, c, s, 4-i)
 			must(t, s.Release(ctx, 1))
 			if got := <-served; got != i {
 				t.Fatalf("release %d served waiter %d, want %d (arrival order)", i+1, got, i)
@@ -359,7 +364,7 @@ func TestSemaphoreNoHandoffOfTooFewPermits(t *testing.T) {
 		must(t, s.SetPermits(ctx, 0))
 		done := make(chan error, 1)
 		go func() { done <- c.Semaphore(name).Acquire(ctx, 2) }()
-		waitersOn(t, c, s.channel, 1)
+		waitersOn(t, c, s.q.clientCh, 1)
 		must(t, s.Release(ctx, 1))
 		if n := available(t, ctx, s); n != 1 {
 			t.Fatalf("%d available after releasing 1 to a waiter of 2, want 1", n)
@@ -373,12 +378,12 @@ func TestSemaphoreNoHandoffOfTooFewPermits(t *testing.T) {
 		// All or nothing: a release of 2 to a waiter of 1 goes to Redis whole, so that a
 		// release is never half done here and half refused there.
 		go func() { done <- c.Semaphore(name).Acquire(ctx, 1) }()
-		listeningOn(t, c, s.channel, 1)
-		sub := rawSubscribe(t, ctx, b.Client(t), s.channel)
+		listeningOn(t, c, s.q.clientCh, 1)
+		sub := rawSubscribe(t, ctx, b.Client(t), s.q.channel)
 		must(t, s.Release(ctx, 2))
 		must(t, <-done)
-		if got := sub.published(t, ctx); len(got) != 1 || got[0] != "2" {
-			t.Fatalf("a release of 2 to a waiter of 1 published %q, want [2]: it goes to Redis whole", got)
+		if got := sub.published(t, ctx); len(got) != 1 || got[0] != "02" {
+			t.Fatalf("a release of 2 to a waiter of 1 published %q, want [02]: it goes to Redis whole", got)
 		}
 		if n := available(t, ctx, s); n != 1 {
 			t.Fatalf("%d available, want 1", n)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -222,7 +223,7 @@ func TestHandlePerRequestReusesOwners(t *testing.T) {
 				must(t, mu.lock(ctx))
 				must(t, mu.unlock(ctx))
 			}
-			pattern := prefixName(unlockLatchPrefix, name) + ":*"
+			pattern := names.Prefix(unlockLatchPrefix, name) + ":*"
 			if n := len(keys(t, admin, pattern)); n != 1 {
 				t.Errorf("%s: %d unlock latches after 20 handles, each locked and unlocked once; want 1", kind.name, n)
 			}

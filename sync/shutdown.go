@@ -115,3 +115,16 @@ func (o *holder) releaseAll(ctx context.Context) error {
 		}
 	}
 }
+
+// all runs f(0) … f(n-1) at once, the last on the calling goroutine, and returns when all
+// have.
+func all(n int, f func(i int)) {
+	var wg gosync.WaitGroup
+	for i := range n - 1 {
+		wg.Go(func() { f(i) })
+	}
+	if n > 0 {
+		f(n - 1)
+	}
+	wg.Wait()
+}

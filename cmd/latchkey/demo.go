@@ -48,6 +48,10 @@ type demoConfig struct {
 	workStep time.Duration
 
 	stepTimeout time.Duration // bounds each section, so a bug hangs nothing for long
+
+	// redis is the --redis URL of a server to run on instead of the embedded one ("": the
+	// embedded one).
+	redis string
 }
 
 func defaultDemoConfig() demoConfig {
@@ -127,8 +131,9 @@ func newDemoFlags(s demoSpec, cfg *demoConfig, output io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("latchkey demo "+s.name, flag.ContinueOnError)
 	fs.SetOutput(output)
 	s.flags(fs, cfg)
+	fs.StringVar(&cfg.redis, "redis", "", "run on the Redis server at `URL` (as for the other commands) instead of an embedded one; deleting its keys there first (demo:… and stock:lock)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: latchkey demo %s [flags]\n\n%s.\nIt needs no Redis server: it starts an embedded one.\n\nflags:\n",
+		fmt.Fprintf(fs.Output(), "usage: latchkey demo %s [flags]\n\n%s.\nIt needs no Redis server: it starts an embedded one (or give --redis).\n\nflags:\n",
 			s.name, s.summary)
 		fs.PrintDefaults()
 	}
@@ -137,7 +142,7 @@ func newDemoFlags(s demoSpec, cfg *demoConfig, output io.Writer) *flag.FlagSet {
 
 // demoUsage is the usage of "latchkey demo": the demos and each one's flags.
 func demoUsage(w io.Writer) {
-	fmt.Fprintf(w, "usage: latchkey demo [name] [flags]\n\n%s.\nIt needs no Redis server: it starts an embedded one.\n\ndemos:\n", demoSummary)
+	fmt.Fprintf(w, "usage: latchkey demo [name] [flags]\n\n%s.\nIt needs no Redis server: it starts an embedded one (or give --redis).\n\ndemos:\n", demoSummary)
 	all := demos()
 	for i, s := range all {
 		summary := s.summary
@@ -188,6 +193,11 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	default:
 		bad = s.check(cfg)
 	}
+	if bad == "" && cfg.redis != "" {
+		if _, err := rueidis.ParseURL(cfg.redis); err != nil {
+			bad = fmt.Sprintf("--redis %q: %v", cfg.redis, err)
+		}
+	}
 	if bad != "" {
 		fmt.Fprintf(stderr, "latchkey demo: %s\n", bad)
 		fs.Usage()
@@ -198,9 +208,9 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // demo is one run of a demo: where it prints, its settings and its server.
 type demo struct {
-	w    io.Writer
-	cfg  demoConfig
-	addr string
+	w   io.Writer
+	cfg demoConfig
+	opt rueidis.ClientOption // how each instance connects
 }
 
 // section is one numbered part of a demo.
@@ -222,17 +232,37 @@ func runDemo(ctx context.Context, w io.Writer, cfg demoConfig) error {
 	})
 }
 
-// runSections starts an embedded Redis, runs the sections sections returns one after the
-// other, each within cfg.stepTimeout, and returns an error naming the first invariant that
-// did not hold.
+// runSections starts an embedded Redis (unless cfg names a server), runs the sections
+// sections returns one after the other, each within cfg.stepTimeout, and returns an error
+// naming the first invariant that did not hold.
 func runSections(ctx context.Context, w io.Writer, cfg demoConfig, sections func(*demo) []section) error {
-	srv, err := embedredis.Start()
-	if err != nil {
-		return err
+	d := &demo{w: w, cfg: cfg}
+	if cfg.redis != "" {
+		opt, err := redisOptions(cfg.redis)
+		if err != nil {
+			return err
+		}
+		d.opt = opt
+		if err := d.clear(ctx); err != nil {
+			return err
+		}
+		d.printf("Redis at %v (the demo's keys deleted first: %s).\n", opt.InitAddress, strings.Join(demoKeys(), " "))
+	} else {
+		srv, err := embedredis.Start()
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		d.opt = rueidis.ClientOption{
+			InitAddress: []string{srv.Addr()},
+			// miniredis has no CLIENT TRACKING, which client-side caching needs.
+			DisableCache: true,
+			// miniredis answers CLUSTER SLOTS, which would make rueidis build a cluster
+			// client for what is a single server.
+			ForceSingleClient: true,
+		}
+		d.printf("Embedded Redis (miniredis, clock in real time) on %s.\n", srv.Addr())
 	}
-	defer srv.Close()
-	d := &demo{w: w, cfg: cfg, addr: srv.Addr()}
-	d.printf("Embedded Redis (miniredis, clock in real time) on %s.\n", d.addr)
 
 	all := sections(d)
 	start := time.Now()
@@ -254,18 +284,32 @@ func (d *demo) printf(format string, a ...any) {
 	_, _ = fmt.Fprintf(d.w, format, a...)
 }
 
-// connect opens a rueidis client to the embedded server; each one stands for the Redis
-// connection of one service instance.
-func (d *demo) connect() (rueidis.Client, error) {
-	return rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: []string{d.addr},
-		// miniredis has no CLIENT TRACKING, which client-side caching needs.
-		DisableCache: true,
-		// miniredis answers CLUSTER SLOTS, which would make rueidis build a cluster client
-		// for what is a single server.
-		ForceSingleClient: true,
-	})
+// demoKeys are the keys the demos write and check: on a server of the user's they are
+// deleted before a demo starts, so that what an earlier run left (a semaphore's permits, a
+// latch) does not change what this one shows.
+func demoKeys() []string {
+	return []string{stockKey, stockLockKey, wakeLockKey, leaseLockKey, gateKey, jobsKey}
 }
+
+// clear deletes the demo's keys, one DEL each so that a Cluster need not have them in one
+// slot.
+func (d *demo) clear(ctx context.Context) error {
+	rdb, err := d.connect()
+	if err != nil {
+		return fmt.Errorf("connect to Redis at %v: %w", d.opt.InitAddress, err)
+	}
+	defer rdb.Close()
+	for _, k := range demoKeys() {
+		if err := rdb.Do(ctx, rdb.B().Del().Key(k).Build()).Error(); err != nil {
+			return fmt.Errorf("delete %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// connect opens a rueidis client to the demo's server; each one stands for the Redis
+// connection of one service instance.
+func (d *demo) connect() (rueidis.Client, error) { return rueidis.NewClient(d.opt) }
 
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	dsync "github.com/latchkey/latchkey/sync"
+	"github.com/redis/rueidis"
+)
+
+// envRedisURL names the environment variable read when --redis is not given.
+const envRedisURL = "REDIS_URL"
+
+// defaultRedisURL is the server used when neither --redis nor REDIS_URL names one.
+const defaultRedisURL = "redis://localhost:6379"
+
+// redisFlag adds --redis to fs and returns where its value goes.
+func redisFlag(fs *flag.FlagSet) *string {
+	return fs.String("redis", "", "the Redis server's `URL`: redis://[user:password@]host:port[/db], rediss:// for TLS, "+
+		"?addr=host:port for each further Cluster node, ?master_set=NAME for Sentinel (default $"+envRedisURL+", else "+defaultRedisURL+")")
+}
+
+// redisOptions turns the --redis value (or REDIS_URL, or the default) into rueidis options,
+// with rueidis' own URL parsing so every form it knows works here. A bad URL is a bad
+// command line: the error names where the URL came from.
+func redisOptions(flagURL string) (rueidis.ClientOption, error) {
+	url, from := flagURL, "--redis"
+	if url == "" {
+		url, from = os.Getenv(envRedisURL), envRedisURL
+	}
+	if url == "" {
+		url = defaultRedisURL
+	}
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return opt, fmt.Errorf("%s %q: %v", from, url, err)
+	}
+	// latchkey reads no key twice: client-side caching would only cost a CLIENT TRACKING
+	// handshake, which some proxies and managed servers refuse.
+	opt.DisableCache = true
+	return opt, nil
+}
+
+// session is a command's connection: the rueidis client and, for commands that take or
+// change primitives, the dsync Client on it.
+type session struct {
+	rdb rueidis.Client
+	c   *dsync.Client
+}
+
+// connect opens the rueidis client and a dsync Client on it with opts. rueidis dials at
+// once, so a server that cannot be reached fails here, with the addresses tried.
+func connect(opt rueidis.ClientOption, opts ...dsync.Option) (*session, error) {
+	rdb, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Redis at %v: %w", opt.InitAddress, err)
+	}
+	c, err := dsync.New(rdb, opts...)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return &session{rdb: rdb, c: c}, nil
+}
+
+// close closes the dsync Client, then the rueidis client, as dsync.New asks.
+func (s *session) close() {
+	_ = s.c.Close() // Close always returns nil
+	s.rdb.Close()
+}
+
+// ping checks the server answers, so that a command fails with a clear error at once.
+func (s *session) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.rdb.Do(ctx, s.rdb.B().Ping().Build()).Error(); err != nil {
+		return fmt.Errorf("no answer to PING: %w", err)
+	}
+	return nil
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

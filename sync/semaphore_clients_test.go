@@ -1,0 +1,142 @@
+package sync
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/names"
+	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// A semaphore's change wakes one waiting Client, not one waiter in every Client: waiting
+// Clients register in {name}:sem_clients with what their first waiter wants
+// ({name}:sem_clients:wants), and a change that leaves permits wakes the first-registered one
+// those permits can serve, on its own channel. Java's waiters hear the total on Redisson's
+// channel, with a leading 0; one latchkey Client, the listener, carries what Java publishes
+// there to its waiters.
+
+// semRegistered returns the tokens of the Clients registered as waiting on the semaphore
+// name, in order.
+func semRegistered(t *testing.T, rdb rueidis.Client, name string) []string {
+	t.Helper()
+	tokens, err := rdb.Do(context.Background(), rdb.B().Zrange().Key(names.Suffix(name, "sem_clients")).Min("0").Max("-1").Build()).AsStrSlice()
+	must(t, err)
+	return tokens
+}
+
+// semWaiter is a Client with one waiter on a semaphore, registered and subscribed.
+type semWaiter struct {
+	c        *Client
+	s        *Semaphore
+	done     <-chan error
+	attempts *atomic.Int64
+	base     int64 // its attempts once it waited
+}
+
+// startSemWaiters starts one Client per want, each with a waiter wanting that many permits
+// of the semaphore name, registered in turn: each is registered, subscribed and done with
+// its attempts before the next starts.
+func startSemWaiters(t *testing.T, ctx context.Context, b *redistest.Backend, rdb rueidis.Client, name string, wants ...int) []*semWaiter {
+	t.Helper()
+	var ws []*semWaiter
+	var tokens []string
+	for _, want := range wants {
+		// Registrations are ordered by server time: one made in the same tick as the last
+		// (miniredis's clock moves in steps of a few ms) may go either side of it.
+		last := serverMs(t, rdb)
+		eventually(t, waitFor, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
+		c, _ := newClient(t, b.Addr, fairSlow()...)
+		w := &semWaiter{c: c, s: c.Semaphore(name), attempts: countAttempts(c)}
+		done := make(chan error, 1)
+		go func() { done <- w.s.Acquire(ctx, want) }()
+		w.done = done
+		tokens = append(tokens, c.lockToken)
+		// Its attempt once subscribed registers it, and is its last until something wakes it.
+		eventually(t, waitFor, "waiter "+strconv.Itoa(len(ws))+" registered and subscribed", func() bool {
+			return slices.Equal(semRegistered(t, rdb, name), tokens) && numsub(t, b, c, w.s.q.clientCh) == 1 &&
+				w.attempts.Load() >= 2
+		})
+		w.base = w.attempts.Load()
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// A release wakes the first-registered Client alone, and only one the permits can serve: a
+// Client whose waiter wants more is passed over, not woken to fail.
+func TestSemaphoreReleaseWakesOneClient(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "sem-wake-one"
+		hc, rdb := newClient(t, b.Addr)
+		s := hc.Semaphore(name)
+		must(t, s.SetPermits(ctx, 0))
+		ws := startSemWaiters(t, ctx, b, rdb, name, 2, 1, 1)
+
+		must(t, s.Release(ctx, 1)) // one permit: the first waiter wants two, the second is served
+		wantResult(t, "the second waiter, the first a permit can serve", ws[1].done, waitFor)
+		notYet(t, ws[0].done, "the first waiter, wanting two")
+		notYet(t, ws[2].done, "the third waiter")
+		must(t, s.Release(ctx, 2)) // two: the first is served
+		wantResult(t, "the first waiter", ws[0].done, waitFor)
+		notYet(t, ws[2].done, "the third waiter")
+		must(t, s.Release(ctx, 1))
+		wantResult(t, "the third waiter", ws[2].done, waitFor)
+		for i, w := range ws {
+			// Its attempt when woken, and none more: no Client was woken to fail.
+			if d := w.attempts.Load() - w.base; d != 1 {
+				t.Errorf("waiter %d's Client attempted %d times while waiting, want once (when woken)", i, d)
+			}
+		}
+		for _, w := range ws {
+			w.c.Close()
+		}
+		if keys := semKeys(t, rdb, name); len(keys) != 0 {
+			t.Fatalf("registrations left once every waiter was served: %q", keys)
+		}
+	})
+}
+
+// semKeys returns the keys of the semaphore name's waiting Clients.
+func semKeys(t *testing.T, rdb rueidis.Client, name string) []string {
+	t.Helper()
+	keys, err := rdb.Do(context.Background(), rdb.B().Keys().Pattern(names.Suffix(name, "sem_clients")+"*").Build()).AsStrSlice()
+	must(t, err)
+	return keys
+}
+
+// A Java process's release — INCRBY and the total on Redisson's channel, without a leading
+// 0 — reaches a latchkey waiter through the listener, well before its re-check.
+func TestSemaphoreJavaReleaseWakesAWaiter(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "sem-java-release"
+		_, rdb := newClient(t, b.Addr)
+		must(t, rdb.Do(ctx, rdb.B().Set().Key(name).Value("0").Build()).Error())
+		ws := startSemWaiters(t, ctx, b, rdb, name, 1, 1)
+		channel := names.Prefix(semaphoreChannelPrefix, name)
+		eventually(t, waitFor, "one Client listening on Redisson's channel", func() bool {
+			return numsub(t, b, ws[0].c, channel) == 1
+		})
+		for i := range ws {
+			must(t, rdb.Do(ctx, rdb.B().Incrby().Key(name).Increment(1).Build()).Error())
+			must(t, rdb.Do(ctx, rdb.B().Publish().Channel(channel).Message("1").Build()).Error())
+			// The re-check is a minute away (fairSlow): only the message meets the deadline.
+			wantResult(t, "waiter "+strconv.Itoa(i)+" after a Java release", ws[i].done, 5*time.Second)
+			if i == 0 {
+				// The listener, served with no waiter left, hands the role to the other Client.
+				eventually(t, waitFor, "the role passed on", func() bool {
+					return mustGet(t, rdb, names.Suffix(name, "sem_clients")+":listener") == ws[1].c.lockToken &&
+						numsub(t, b, ws[1].c, channel) == 1 && ws[1].c.mux.Subscribed(channel) && !ws[0].c.mux.Subscribed(channel)
+				})
+			}
+		}
+	})
+}

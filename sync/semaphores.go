@@ -1,0 +1,84 @@
+package sync
+
+// What both semaphores share: their argument checks and how their waiters wait.
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
+)
+
+// maxPermits is the most permits one call may name: Redisson counts them in a Java int.
+const maxPermits = math.MaxInt32
+
+// checkPermits validates a number of permits called arg, at least least.
+func checkPermits(arg string, n, least int) error {
+	if n < least || n > maxPermits {
+		return invalid(arg, "must be in [%d, %d], got %d", least, maxPermits, n)
+	}
+	return nil
+}
+
+// semaphorePolicy wakes the longest-waiting local waiter on a release: the others' turns
+// come one by one (see acquirePermits).
+func semaphorePolicy(payload string) int { return min(pubsub.CountPolicy(payload), 1) }
+
+// semaphoreForward is semaphorePolicy for what the listener hears on Redisson's channel:
+// only what Java publishes, not latchkey's totals (with a leading 0), which woke a Client
+// already (see lib.lua's offer).
+func semaphoreForward(payload string) int {
+	if len(payload) > 1 && payload[0] == '0' {
+		return 0
+	}
+	return semaphorePolicy(payload)
+}
+
+// leave drops the Client's registration, and its listening, once its last waiter is gone
+// with the registration kept (see lib.lua's sem_leave), awaited until until at most; then a
+// waiter that came meanwhile attempts, to register again.
+func (s *Semaphore) leave(ctx context.Context, until time.Time) {
+	c := s.p.c
+	if !until.IsZero() {
+		lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
+		_, _ = c.exec(lctx, lua.SemLeave, []string{s.p.name, s.q.clients, s.wants, s.q.listener},
+			[]string{c.lockToken, c.publishCmd, c.fairWaitMs})
+		cancel()
+	}
+	if c.mux.Waiters(s.q.clientCh) == 0 {
+		c.mux.Unforward(s.q.channel)
+	}
+	c.mux.Wake(s.q.clientCh)
+}
+
+// registration is what an attempt did to its Client's registration as a waiter.
+type registration int
+
+const (
+	registrationNone    registration = iota // not a registering attempt, or no reply
+	registrationKept                        // registered, or kept for the Client's other waiters
+	registrationDropped                     // it took, and dropped the registration
+)
+
+// acquirePermits is how both semaphores wait for permits, up to limit (0: one attempt;
+// negative: no limit), attempting with a. A Client's waiters are served in arrival order:
+// a newcomer joins behind them, only the first attempts (wait.ordered), and the first wakes
+// the next when it leaves — when it gave up, or when it was served and the next may be too
+// (its attempter wakes it then: see Semaphore.attempt). With h, a local release may hand
+// the wait its permits (heirs.give); one handed them that had seen permits too few for it
+// in Redis wakes the next waiter, for which they may be enough: nothing else would, as a
+// hand-off sends no message.
+func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.Duration, h *heir, a attempter) (bool, error) {
+	if limit == 0 {
+		_, ok, err := a.attempt(ctx)
+		return ok, err
+	}
+	w := wait{channel: channel, policy: semaphorePolicy, limit: limit, join: true, ordered: true, attempt: a, heir: h}
+	ok, err := c.acquire(ctx, w)
+	if !ok || (h != nil && h.state.Load() == heirGone && h.more.Load()) {
+		c.mux.Wake(channel)
+	}
+	return ok, err
+}

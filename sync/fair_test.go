@@ -276,14 +276,15 @@ func TestFairLockFIFOAcrossClients(t *testing.T) {
 }
 
 // One-shot FIFO: 32 waiters on 4 Clients queue behind a holder; after the release they get
-// the lock exactly in the order Redis queued them.
+// the lock exactly in the order Redis queued them, on every topology.
 func TestFairLockGrantsInQueueOrder(t *testing.T) {
 	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const clients, perClient, name = 4, 8, "fair:order"
+	topologies.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const clients, perClient = 4, 8
+		name := topoName(t, "fair:order")
 		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
-		c0, _ := newClient(t, b.Addr)
+		c0, _ := newClientOn(t, b)
 		holder := c0.FairLock(name, Reentrant())
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
@@ -293,7 +294,7 @@ func TestFairLockGrantsInQueueOrder(t *testing.T) {
 		var wg gosync.WaitGroup
 		errs := make(chan error, clients*perClient)
 		for range clients {
-			c, _ := newClient(t, b.Addr)
+			c, _ := newClientOn(t, b)
 			for range perClient {
 				l := c.FairLock(name, Reentrant())
 				wg.Add(1)

@@ -10,14 +10,15 @@ import (
 )
 
 // Every acquisition takes a new token, re-entries included, across handles and Clients, and
-// Token reads the newest; the counter is Redisson's key and outlives the lock.
+// Token reads the newest; the counter is Redisson's key and outlives the lock. On every
+// topology.
 func TestFencedLockTokensOnlyGrow(t *testing.T) {
 	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	topologies.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
-		const name = "fenced-grow"
-		c1, rdb := newClient(t, b.Addr)
-		c2, _ := newClient(t, b.Addr)
+		name := topoName(t, "fenced-grow")
+		c1, rdb := newClientOn(t, b)
+		c2, _ := newClientOn(t, b)
 		a, other := c1.FencedLock(name, Reentrant()), c2.FencedLock(name, Reentrant())
 		if n, err := a.Token(ctx); n != 0 || err != nil {
 			t.Fatalf("Token before any acquisition: %d, %v; want 0", n, err)

@@ -16,14 +16,24 @@ import (
 
 // The classic oversell: buyers on 4 service instances race for a stock of 100 through a
 // non-atomic GET → decide → SET, each with a handle of its own. Under the lock exactly the
-// stock is sold, never more, and never two buyers inside at once.
+// stock is sold, never more, and never two buyers inside at once: on a server of its own,
+// and under every kind of mutex on a Cluster and a Sentinel set.
 func TestStockNeverOversold(t *testing.T) {
 	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	sell := func(t *testing.T, b *redistest.Backend, kind int) {
 		cpuBound(t)
-		sellStock(t, b, "stock:lock", 4, 50, func(c *Client) func() mutex {
-			return func() mutex { return mutexKinds[0].make(c, "stock:lock") }
+		name := topoName(t, "stock:lock")
+		sellStock(t, b, name, 4, 50, func(c *Client) func() mutex {
+			return func() mutex { return mutexKinds[kind].make(c, name) }
 		})
+	}
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) { sell(t, b, 0) })
+	// Every kind on the topologies (TestSharedHandleNeverOversells has the others on a
+	// server of the test's own).
+	topologies.Shared(t, func(t *testing.T, b *redistest.Backend) {
+		for kind := range mutexKinds {
+			t.Run(mutexKinds[kind].name, func(t *testing.T) { sell(t, b, kind) })
+		}
 	})
 }
 

@@ -2,12 +2,17 @@ package sync
 
 import (
 	goflag "flag"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/latchkey/latchkey/internal/redistest"
 )
 
-// TestMain runs up to 64 tests at once (32 under the race detector) unless -test.parallel
+// TestMain owns the package's shared Cluster and Sentinel set (topologies), started by the
+// first test that runs on them and killed once every test has run, passed or not; and it
+// runs up to 64 tests at once (32 under the race detector) unless -test.parallel
 // says otherwise: they spend their time waiting on Redis, timers and pub/sub, not on the CPU,
 // so the default (GOMAXPROCS, 2 on a small machine) leaves the package waiting most of its
 // run — the more so since leases that must outlast a loaded machine's delays are seconds
@@ -27,5 +32,15 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(m.Run())
+	var err error
+	if topologies, err = redistest.NewTopologies(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := topologies.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
 }

@@ -18,20 +18,31 @@ var (
 )
 
 // A multi-lock over every kind of lock, on two Clients, takes them all and gives them all
-// back; when one is held elsewhere it takes none.
+// back; when one is held elsewhere it takes none. On every topology: on a Cluster, its
+// locks are on different masters.
 func TestMultiLockAllOrNothing(t *testing.T) {
 	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	topologies.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
-		c1, rdb := newClient(t, b.Addr)
-		c2, _ := newClient(t, b.Addr)
-		names := []string{"multi-a", "multi-b", "multi-c", "multi-d"}
+		c1, rdb := newClientOn(t, b)
+		c2, _ := newClientOn(t, b)
+		names := namesOnShards(t, b, "multi", 4)
 		m := MultiLock(c1.Lock(names[0]), c2.FairLock(names[1]), c1.FencedLock(names[2]), c2.RWLock(names[3]).Reader())
 		must(t, m.Lock(ctx))
+		masters := map[string]bool{}
 		for _, n := range names {
 			if !exists(t, rdb, n) {
 				t.Fatalf("%s not held after Lock", n)
 			}
+			// Held on the master that serves it, asked directly.
+			master := b.ShardOf(n).Master
+			if !exists(t, redistest.ClientFor(t, master), n) {
+				t.Fatalf("%s not on its master %s", n, master)
+			}
+			masters[master] = true
+		}
+		if len(masters) != len(b.Shards()) {
+			t.Fatalf("the locks are on %d masters, want every one of the %d", len(masters), len(b.Shards()))
 		}
 		// A mutex: a second acquisition through the same Multi waits for the first's Unlock.
 		if ok, err := m.TryLock(ctx); ok || err != nil {

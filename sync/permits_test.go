@@ -192,16 +192,17 @@ func TestPermitSemaphoreWatchdog(t *testing.T) {
 }
 
 // Permits in use never exceed the limit with 32 goroutines on 4 Clients, and every permit
-// comes back.
+// comes back, on every topology.
 func TestPermitSemaphoreNeverOverLimit(t *testing.T) {
 	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	topologies.Each(t, func(t *testing.T, b *redistest.Backend) {
 		cpuBound(t)
 		ctx := testCtx(t, 30*time.Second)
-		const name, limit, clients, workers, rounds = "permits-limit", 3, 4, 8, 6
+		const limit, clients, workers, rounds = 3, 4, 8, 6
+		name := topoName(t, "permits-limit")
 		var cs []*Client
 		for range clients {
-			c, _ := newClient(t, b.Addr)
+			c, _ := newClientOn(t, b)
 			cs = append(cs, c)
 		}
 		must(t, cs[0].PermitSemaphore(name).SetPermits(ctx, limit))

@@ -141,12 +141,14 @@ func notYet(t *testing.T, done <-chan error, what string) {
 // 4 Clients × 8 goroutines, each with its own handle, mix read and write cycles (one in four
 // a write) on one lock: a writer is never inside with anyone else, readers do share it, the
 // data the lock guards is never torn, and once the Clients are closed (which deletes their
-// unlock latches) nothing is left in Redis.
+// unlock latches) nothing is left in Redis; on every topology.
 func TestRWLockInvariantsUnderConcurrency(t *testing.T) {
 	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	topologies.Each(t, func(t *testing.T, b *redistest.Backend) {
 		cpuBound(t)
-		const clients, goroutines, cycles, name, data = 4, 8, 6, "rw:invariants", "rw:invariants:data"
+		const clients, goroutines, cycles = 4, 8, 6
+		name := topoName(t, "rw:invariants")
+		data := name + ":data"
 		ctx := testCtx(t, 2*time.Minute)
 		admin := b.Client(t)
 		must(t, admin.Do(ctx, admin.B().Set().Key(data).Value("0").Build()).Error())
@@ -155,7 +157,7 @@ func TestRWLockInvariantsUnderConcurrency(t *testing.T) {
 		errs := make(chan error, 3*clients*goroutines*cycles)
 		var cs []*Client
 		for i := range clients {
-			c, rdb := newClient(t, b.Addr)
+			c, rdb := newClientOn(t, b)
 			cs = append(cs, c)
 			for g := range goroutines {
 				wg.Add(1)
@@ -228,6 +230,12 @@ func TestRWLockInvariantsUnderConcurrency(t *testing.T) {
 		must(t, admin.Do(ctx, admin.B().Del().Key(data).Build()).Error())
 		for _, c := range cs {
 			must(t, c.Close())
+		}
+		if exists(t, admin, name) {
+			t.Fatal("the lock is still there after every cycle")
+		}
+		if !ownServer(b) { // the rest of a shared topology's data is other tests'
+			return
 		}
 		if n := dbsize(t, admin); n != 0 {
 			keys, _ := admin.Do(ctx, admin.B().Keys().Pattern("*").Build()).AsStrSlice()

@@ -74,7 +74,7 @@ func sellStock(t *testing.T, b *redistest.Backend, name string, clients, buyers 
 	var wg gosync.WaitGroup
 	errs := make(chan error, clients*buyers*2)
 	for range clients {
-		c, rdb := newClient(t, b.Addr)
+		c, rdb := newClientOn(t, b)
 		next := handles(c)
 		for range buyers {
 			mu := next()

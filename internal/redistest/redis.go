@@ -268,9 +268,19 @@ type redisProcess struct {
 // answers PING. The output is included in the error, because a server that
 // fails to start has nothing else to say why.
 func startRedis(path, dir string, port int, args ...string) (*redisProcess, error) {
+	return startRedisConf(path, "", dir, port, args...)
+}
+
+// startRedisConf is startRedis with a configuration file, which redis-server wants as its
+// first argument (a Sentinel must have one, which it rewrites); none if conf is "".
+func startRedisConf(path, conf, dir string, port int, args ...string) (*redisProcess, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	out := &syncBuffer{}
-	cmd := exec.Command(path,
+	var head []string
+	if conf != "" {
+		head = []string{conf}
+	}
+	cmd := exec.Command(path, append(head,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		// No RDB snapshots or AOF: tests want a clean, disposable server,
@@ -279,8 +289,11 @@ func startRedis(path, dir string, port int, args ...string) (*redisProcess, erro
 		"--appendonly", "no",
 		"--protected-mode", "no",
 		"--dir", dir,
-	)
+	)...)
 	cmd.Args = append(cmd.Args, args...)
+	// Killed with the test process, should it die before its cleanups run (a panic, a
+	// -timeout), rather than left listening.
+	cmd.SysProcAttr = dieWithParent()
 	cmd.Stdout = out
 	cmd.Stderr = out
 	// Should redis-server ever leave a child holding the output pipe (a

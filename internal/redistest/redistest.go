@@ -7,11 +7,17 @@
 // servers: miniredis is always there and fast, while real Redis catches the
 // places where miniredis' emulation (Lua, pub/sub, expiry) differs.
 //
+// The invariant tests run on real topologies as well, through a package's
+// Topologies (see NewTopologies): a Cluster of 3 masters with a replica each,
+// and a Sentinel set of a master, 2 replicas and 3 Sentinels, each started once
+// per test binary and shared by its tests.
+//
 // Whether the real-Redis half runs is controlled by the LATCHKEY_REDIS
 // environment variable:
 //
 //	unset or ""  use redis-server if it is on PATH, otherwise skip
-//	"required"   a missing or broken redis-server fails the test (for CI)
+//	"required"   a missing or broken redis-server (or redis-cli, for the
+//	             topologies) fails the test (for CI)
 //	"off"        always skip the real-Redis backend
 package redistest
 
@@ -31,13 +37,19 @@ const (
 
 // Backend is one running test server.
 type Backend struct {
-	// Name is NameMiniredis or NameRedis.
+	// Name is NameMiniredis or NameRedis for a single server, NameCluster or
+	// NameSentinel for a shared topology (see Topologies).
 	Name string
-	// Addr is the host:port the server listens on.
+	// Addr is the host:port the server listens on: a Cluster's first master, or a
+	// Sentinel set's master.
 	Addr string
 	// Mini gives direct access to the data set when Name is NameMiniredis;
 	// it is nil for a real Redis server.
 	Mini *miniredis.Miniredis
+
+	// topo is the rest of a Cluster or a Sentinel set (see Topologies); nil for a
+	// single server.
+	topo *topology
 }
 
 // ClientOptionFor returns the rueidis options the tests use to reach a test
@@ -64,16 +76,29 @@ func ClientOptionFor(addr string) rueidis.ClientOption {
 	}
 }
 
-// ClientOption returns the rueidis options for a client of this backend.
+// ClientOption returns the rueidis options for a client of this backend: a
+// single-server client of Addr, a Cluster client of every node of a Cluster, or a
+// Sentinel client of a Sentinel set's Sentinels.
 func (b *Backend) ClientOption() rueidis.ClientOption {
+	if b.topo != nil {
+		return b.topo.option
+	}
 	return ClientOptionFor(b.Addr)
 }
 
-// Client returns a new rueidis client connected to the backend. It is
-// closed when the test finishes.
+// Client returns a new rueidis client connected to the backend, made from ClientOption.
+// It is closed when the test finishes.
 func (b *Backend) Client(t testing.TB) rueidis.Client {
 	t.Helper()
-	return ClientFor(t, b.Addr)
+	if b.topo == nil {
+		return ClientFor(t, b.Addr)
+	}
+	c, err := rueidis.NewClient(b.topo.option)
+	if err != nil {
+		t.Fatalf("redistest: connect rueidis client to the %s: %v", b.Name, err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }
 
 // ClientFor returns a new rueidis client for the test server (or proxy) at

@@ -21,6 +21,16 @@ func newWaitingClients(c *Client, channel, clients string, policy pubsub.Policy)
 		listener: clients + ":listener", policy: policy}
 }
 
+// afterLeave follows the Client's leave (its last waiter gone, its registration dropped): with no
+// waiter now it stops listening, and a waiter that came meanwhile attempts, to register the
+// Client again.
+func (w *waitingClients) afterLeave(c *Client) {
+	if c.mux.Waiters(w.clientCh) == 0 {
+		c.mux.Unforward(w.channel)
+	}
+	c.mux.Wake(w.clientCh)
+}
+
 // heard follows what a registering attempt's reply says of the Client's listening: listen,
 // it is the listener; or it took, and with others (waiters left) kept its registration.
 func (w *waitingClients) heard(c *Client, listen, took, others bool) {

@@ -178,16 +178,10 @@ func (p *plainLock) left(ctx context.Context, a *lockAttempt, until time.Time) (
 // before the leave dropped it, and one that queued behind this wait never attempted. The
 // leave runs in the background, as o, awaited until until at most (see owner.withdraw).
 func (p *plainLock) waitLeft(ctx context.Context, o *holder, until time.Time) {
-	wake := func() { o.c.mux.Wake(p.clientCh) }
 	if o.c.mux.Waiters(p.clientCh) != 0 {
-		wake()
+		o.c.mux.Wake(p.clientCh)
 		return
 	}
 	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, p.clients, p.channel, p.listener},
-		[]string{o.c.lockToken, o.c.publishCmd, o.c.fairWaitMs}}, nil, func() {
-		if o.c.mux.Waiters(p.clientCh) == 0 {
-			o.c.mux.Unforward(p.channel)
-		}
-		wake()
-	})
+		[]string{o.c.lockToken, o.c.publishCmd, o.c.fairWaitMs}}, nil, func() { p.afterLeave(o.c) })
 }

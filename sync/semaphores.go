@@ -47,10 +47,7 @@ func (s *Semaphore) leave(ctx context.Context, until time.Time) {
 			[]string{c.lockToken, c.publishCmd, c.fairWaitMs})
 		cancel()
 	}
-	if c.mux.Waiters(s.q.clientCh) == 0 {
-		c.mux.Unforward(s.q.channel)
-	}
-	c.mux.Wake(s.q.clientCh)
+	s.q.afterLeave(c)
 }
 
 // registration is what an attempt did to its Client's registration as a waiter.

@@ -227,11 +227,13 @@ func TestInspectJSON(t *testing.T) {
 				t.Fatal(err)
 			}
 			background(t, func(ctx context.Context) { _ = c2.CountDownLatch("C").Await(ctx) })
-			subscribed(t, rdb, "redisson_sc:{S}")
+			subscribed(t, rdb, "redisson_sc:{S}") // the waiting Client, the listener
+			count(t, rdb, "a waiting client", 1, func(b rueidis.Builder) rueidis.Completed { return b.Zcard().Key("{S}:sem_clients").Build() })
 			subscribed(t, rdb, "redisson_countdownlatch__channel__{C}")
 			got := inspectJSON(t, url, "S", "C", "N", "nothing")
-			if s := got[0]; s.Kind != kindSemaphore || s.Available == nil || *s.Available != 0 || s.Count != nil {
-				t.Errorf("S: kind %q available %v count %v, want semaphore with 0 available", s.Kind, s.Available, s.Count)
+			if s := got[0]; s.Kind != kindSemaphore || s.Available == nil || *s.Available != 0 || s.Count != nil || s.Clients != 1 {
+				t.Errorf("S: kind %q available %v count %v waiting clients %d, want semaphore with 0 available, 1 client waiting",
+					s.Kind, s.Available, s.Count, s.Clients)
 			}
 			if s := got[1]; s.Kind != kindLatch || s.Count == nil || *s.Count != 2 || s.Available != nil {
 				t.Errorf("C: kind %q count %v available %v, want latch counting 2", s.Kind, s.Count, s.Available)

@@ -13,6 +13,7 @@ type keys struct {
 	fairTimeouts string // fair lock: their deadlines (epoch ms)
 	token        string // fenced lock: the token counter
 	lockClients  string // lock: latchkey Clients waiting
+	semClients   string // semaphore: latchkey Clients waiting
 	writers      string // read-write lock: waiting writers' claims
 	permits      string // permit-expirable semaphore: acquired permit IDs by expiry
 	semChannel   string // semaphores' release channel
@@ -26,6 +27,7 @@ func keysOf(name string) keys {
 		fairTimeouts: names.Prefix("redisson_lock_timeout", name),
 		token:        names.Prefix("redisson_lock_token", name),
 		lockClients:  names.Suffix(name, "lock_clients"),
+		semClients:   names.Suffix(name, "sem_clients"),
 		writers:      names.Suffix(name, "rwlock_writers"),
 		permits:      names.Suffix(name, "timeout"),
 		semChannel:   names.Prefix("redisson_sc", name),

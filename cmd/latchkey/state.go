@@ -44,7 +44,7 @@ type state struct {
 	Token     *int64   `json:"fence_token,omitempty"`     // fenced lock: the newest token given
 	Queue     []waiter `json:"queue,omitempty"`           // fair lock: waiting owners, in order
 	Writers   []waiter `json:"writer_claims,omitempty"`   // read-write lock: waiting writers
-	Clients   int64    `json:"waiting_clients,omitempty"` // lock: latchkey Clients registered as waiting
+	Clients   int64    `json:"waiting_clients,omitempty"` // lock, semaphore: latchkey Clients registered as waiting
 	Available *int64   `json:"available,omitempty"`       // semaphores: available permits
 	Acquired  []permit `json:"acquired,omitempty"`        // permit semaphore: acquired permits
 	Count     *int64   `json:"count,omitempty"`           // countdown latch (or semaphore_or_latch): the number
@@ -88,6 +88,7 @@ func readState(ctx context.Context, rdb rueidis.Client, name string) (state, err
 		b.Exists().Key(k.permits).Build(),
 		b.Exists().Key(k.writers).Build(),
 		b.Zcard().Key(k.lockClients).Build(),
+		b.Zcard().Key(k.semClients).Build(),
 	)
 	for _, r := range probe {
 		if err := r.Error(); err != nil {
@@ -99,6 +100,8 @@ func readState(ctx context.Context, rdb rueidis.Client, name string) (state, err
 	has := func(i int) bool { n, _ := probe[i].AsInt64(); return n > 0 }
 	queued, fenced, permits, writers := has(2), has(3), has(4), has(5)
 	clients, _ := probe[6].AsInt64()
+	semClients, _ := probe[7].AsInt64()
+	clients += semClients
 
 	s := state{Name: name, RedisType: typ, Clients: clients}
 	if typ != "none" {
@@ -113,7 +116,7 @@ func readState(ctx context.Context, rdb rueidis.Client, name string) (state, err
 			s.Kind = lockKind(queued, fenced)
 		}
 	case "string":
-		err = s.readNumber(ctx, rdb, k, permits, now)
+		err = s.readNumber(ctx, rdb, k, permits, semClients > 0, now)
 	case "none":
 		switch {
 		case queued:
@@ -213,7 +216,7 @@ func readTTLs(ctx context.Context, rdb rueidis.Client, name, owner string, holds
 
 // readNumber reads a semaphore's permits or a latch's count, and tells which it is when the
 // keys or the channels' subscribers do.
-func (s *state) readNumber(ctx context.Context, rdb rueidis.Client, k keys, permits bool, now int64) error {
+func (s *state) readNumber(ctx context.Context, rdb rueidis.Client, k keys, permits, semWaiters bool, now int64) error {
 	n, err := rdb.Do(ctx, rdb.B().Get().Key(k.main).Build()).AsInt64()
 	if err != nil {
 		s.Kind, s.Value = kindOther, "string"
@@ -222,6 +225,10 @@ func (s *state) readNumber(ctx context.Context, rdb rueidis.Client, k keys, perm
 	if permits {
 		s.Kind, s.Available = kindPermitSemaphore, &n
 		return s.readPermits(ctx, rdb, k, now)
+	}
+	if semWaiters { // only a semaphore's waiters register their Clients
+		s.Kind, s.Available = kindSemaphore, &n
+		return nil
 	}
 	subs, err := rdb.Do(ctx, rdb.B().PubsubNumsub().Channel(k.semChannel, k.latchChannel).Build()).ToArray()
 	if err != nil {

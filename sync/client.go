@@ -72,6 +72,7 @@ type Client struct {
 	loaded     gosync.Map // *lua.Script: run once by this Client with WithSyncReplicas
 
 	leaveGrace time.Duration // see Client.leaveBy
+	obs        *observing     // see WithObserver; nil: none
 
 	heirs heirs // local waiters a release may hand its lock to
 
@@ -156,6 +157,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		replicaMs:  cfg.replicaWait.Milliseconds(),
 		cluster:    cluster,
 		leaveGrace: cfg.leaveGrace,
+		obs:        cfg.obs,
 		closed:     make(chan struct{}),
 		shut:       make(chan struct{}),
 	}
@@ -176,8 +178,11 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewer(lua.LockRenew, func(b watchdog.Batch) []string { return b.Keys }, false)}
 	c.readKind = &watchdog.Kind{Name: "read lock", Renew: c.renewer(lua.ReadRenew, readKeys, false)}
 	c.permitKind = &watchdog.Kind{Name: "permits", Renew: c.renewer(lua.PermitRenew, permitKeys, true)}
-	wd, err := watchdog.New(watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log,
-		Cluster: rdb.Mode() == rueidis.ClientModeCluster})
+	wopts := watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log, Cluster: rdb.Mode() == rueidis.ClientModeCluster}
+	if c.obs != nil {
+		wopts.OnLease = c.obs.lease
+	}
+	wd, err := watchdog.New(wopts)
 	if err != nil {
 		return nil, err
 	}

@@ -166,10 +166,11 @@ func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, e
 // An acquisition that may wait attempts at once when no waiter of the Client is ahead of it
 // and its channel is not subscribed (the lock is most likely free), and waits only if that
 // fails (see Client.acquire).
-func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out *acquireOut) (bool, error) {
+func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out *acquireOut) (ok bool, err error) {
 	o := l.borrow()
 	leaseMs := o.c.leaseMs(lease)
 	start := time.Now()
+	defer func() { o.c.obs.acquired(o.what, o.name, 1, start, ok, err) }()
 	var a *lockAttempt
 	attemptOut := out
 	if limit != 0 {

@@ -24,6 +24,7 @@ type holder struct {
 	count    int           // holds as last known
 	leaseD   time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
 	run      int           // consecutive local hand-offs that led to the current hold
+	since    time.Time     // when the current hold was taken (its first, of nested ones)
 	lease    atomic.Pointer[watchdog.Lease]
 }
 
@@ -241,7 +242,7 @@ func (o *holder) late(pending <-chan sent, holds int) {
 // the latch and request number it is given, and may reserve an heir to hand the lock to
 // (whose two arguments come last); every release script replies nil when the owner held
 // nothing, releasedHanded when it handed the lock to the heir, 0 or 1 otherwise.
-func (o *holder) release(ctx context.Context, req func(last bool, latch, n string) (script, *heir)) error {
+func (o *holder) release(ctx context.Context, req func(last bool, latch, n string) (script, *heir)) (err error) {
 	if err := o.check(ctx); err != nil {
 		return err
 	}
@@ -250,6 +251,8 @@ func (o *holder) release(ctx context.Context, req func(last bool, latch, n strin
 	}
 	_ = o.lock(ctx)
 	defer o.unlock()
+	since, handed := o.since, false
+	defer func() { o.c.obs.released(o.what, o.name, 1, since, handed, err) }()
 	if err := o.settle(ctx); err != nil {
 		return err
 	}
@@ -274,7 +277,8 @@ func (o *holder) release(ctx context.Context, req func(last bool, latch, n strin
 	v, verr := msg.AsInt64()
 	unknown := errors.Is(err, ErrOutcomeUnknown)
 	if h != nil {
-		h.decide(err == nil && verr == nil && v == releasedHanded, unknown, sent, o.run+1)
+		handed = err == nil && verr == nil && v == releasedHanded
+		h.decide(handed, unknown, sent, o.run+1)
 	}
 	if u := o.unsettled; u != nil {
 		if h != nil {
@@ -327,7 +331,7 @@ func (o *holder) ttl() time.Duration { return o.c.leaseOr(o.leaseD) }
 // taken. Caller holds op.
 func (o *holder) took(sent time.Time, lease time.Duration, run int) error {
 	if o.count == 0 {
-		o.run = run
+		o.run, o.since = run, sent
 	}
 	o.setCount(o.count + 1)
 	o.leaseD = lease

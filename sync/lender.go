@@ -144,6 +144,7 @@ func (c *Client) settleLater(o *owner, done func()) {
 		// Closed before the lock was taken: the janitor may have deleted o's latch, and a
 		// repeat would find no mark.
 		c.log.Warn("a request's outcome stays unknown: the Client closed", o.fields()...)
+		c.obs.outcome(o, true, ErrClosed)
 		o.unlock()
 		return
 	}
@@ -162,6 +163,7 @@ func (c *Client) settleLater(o *owner, done func()) {
 		}
 		if ctx.Err() != nil || c.isClosed() {
 			c.log.Warn("a request's outcome stays unknown; it is no longer repeated", o.fields(zap.Error(err))...)
+			c.obs.outcome(o, true, err)
 			o.unlock()
 			return
 		}

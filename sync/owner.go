@@ -168,6 +168,7 @@ func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []s
 	msg, err := o.exec(ctx, script, keys, args)
 	if errors.Is(err, ErrOutcomeUnknown) {
 		o.unsettled = &request{script: script, keys: keys, args: args, sent: sent}
+		o.c.obs.outcome(o, false, nil)
 	}
 	return msg, o.wrap(err)
 }
@@ -279,6 +280,7 @@ func (o *owner) settle(ctx context.Context) (nothing bool, err error) {
 		return false, fmt.Errorf("%w (a request of the handle whose outcome is unknown is still unsettled)", o.wrap(err))
 	}
 	o.unsettled = nil
+	o.c.obs.outcome(o, true, nil)
 	return msg.IsNil(), nil
 }
 

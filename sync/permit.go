@@ -24,6 +24,7 @@ import (
 type Permits struct {
 	s        *PermitSemaphore
 	ids      []string
+	since    time.Time // when they were taken: the acquire's send
 	lease    *watchdog.Lease
 	released atomic.Bool
 }
@@ -84,6 +85,7 @@ func (p *Permits) Release(ctx context.Context) error {
 		<-round // a renewal on its way lands before the release, never after
 	}
 	live, err := p.s.release(ctx, p.ids)
+	defer func() { p.s.p.c.obs.released(p.s.p.what, p.s.p.name, len(p.ids), p.since, false, err) }()
 	if !replied(err) && !errors.Is(err, ErrOutcomeUnknown) {
 		// Refused: nothing ran, and the permits are still held, no longer renewed: they lapse
 		// with their lease unless Release is called again.

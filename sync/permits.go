@@ -118,7 +118,9 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLock
 	return s.acquire(ctx, n, cfg.lease, cfg.wait)
 }
 
-func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (*Permits, bool, error) {
+func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (p *Permits, ok bool, err error) {
+	start := time.Now()
+	defer func() { s.p.c.obs.acquired(s.p.what, s.p.name, n, start, ok, err) }()
 	if n < 1 || n > maxPermitsPerCall {
 		return nil, false, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
 	}
@@ -137,11 +139,11 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 		sent = time.Now()
 		return s.attempt(ctx, ids, ttl)
 	})
-	ok, err := c.acquirePermits(ctx, s.channel, limit, nil, a) // permits are not handed on: they carry their IDs and leases
+	ok, err = c.acquirePermits(ctx, s.channel, limit, nil, a) // permits are not handed on: they carry their IDs and leases
 	if !ok {
 		return nil, false, err
 	}
-	p := &Permits{s: s, ids: ids, lease: c.wd.Start(c.permitKind, s.p.name, strings.Join(ids, ""), sent, ttl, lease == 0)}
+	p = &Permits{s: s, ids: ids, since: sent, lease: c.wd.Start(c.permitKind, s.p.name, strings.Join(ids, ""), sent, ttl, lease == 0)}
 	if !p.Valid() {
 		p.lease.Lose("the lease ran out before the acquire returned")
 		// A repeat of the acquire may have set a lease later than the one timed here: the

@@ -177,13 +177,15 @@ func (l *RWLock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, erro
 
 // acquire attempts, and waits up to limit (negative: without limit), for a read or the write
 // lock.
-func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Duration) (bool, error) {
+func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Duration) (ok bool, err error) {
+	start := time.Now()
+	defer func() { l.r.c.obs.acquired(l.r.what, l.r.name, 1, start, ok, err) }()
 	p, held := l.borrow(), &l.reads
 	o := &p.r
 	if write {
 		o, held = &p.w, &l.writes
 	}
-	ok, err := l.acquireAs(ctx, p, write, lease, limit)
+	ok, err = l.acquireAs(ctx, p, write, lease, limit)
 	switch {
 	case p == &l.rwPair:
 	case ok:

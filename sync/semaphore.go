@@ -138,9 +138,12 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	}
 	c := s.p.c
 	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
+		c.obs.released(s.p.what, s.p.name, n, time.Time{}, true, nil)
 		return nil
 	}
-	return s.add(ctx, n)
+	err := s.add(ctx, n)
+	c.obs.released(s.p.what, s.p.name, n, time.Time{}, false, err)
+	return err
 }
 
 func (s *Semaphore) add(ctx context.Context, n int) error {
@@ -198,8 +201,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOpt
 	return s.acquire(ctx, n, cfg.wait)
 }
 
-func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bool, error) {
+func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok bool, err error) {
 	c := s.p.c
+	start := time.Now()
+	defer func() { c.obs.acquired(s.p.what, s.p.name, n, start, ok, err) }()
 	var h *heir
 	if limit != 0 && c.maxHandoff > 0 {
 		h = &heir{key: s.q.channel, permits: n}
@@ -215,7 +220,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (bo
 		}
 		return c.keepAlive(-1), ok, err
 	})
-	ok, err := c.acquirePermits(ctx, s.q.clientCh, limit, h, a)
+	ok, err = c.acquirePermits(ctx, s.q.clientCh, limit, h, a)
 	// A wait that waited may have had the Client registered, by its attempts or others'.
 	waited := limit != 0 && !first
 	switch waiters := c.mux.Waiters(s.q.clientCh); {

@@ -58,7 +58,21 @@ type Options struct {
 	// hash slot: batches are then made per slot. Elsewhere a round is 100 leases a
 	// script, whatever their slots.
 	Cluster bool
+	// OnLease, if not nil, hears what becomes of each kept lease at each renewal, and of any
+	// lease lost: for metrics. It runs with the Watchdog's lock held, so it must not block
+	// nor call the Watchdog.
+	OnLease func(kind *Kind, key string, e LeaseEvent)
 }
+
+// A LeaseEvent is what OnLease hears.
+type LeaseEvent int
+
+// The lease events.
+const (
+	Renewed     LeaseEvent = iota // a renewal kept the lease
+	RenewFailed                   // a renewal got no answer; it is retried until the deadline
+	LeaseLost                     // the lease was lost (see Lease.Lost)
+)
 
 // Watchdog renews kept leases and times watched ones. It is safe for concurrent use.
 type Watchdog struct {
@@ -68,6 +82,7 @@ type Watchdog struct {
 	batch    int
 	cluster  bool // batches per hash slot
 	log      *zap.Logger
+	onLease  func(*Kind, string, LeaseEvent)
 
 	mu       sync.Mutex
 	leases   map[*Lease]struct{}
@@ -143,6 +158,7 @@ func New(opts Options) (*Watchdog, error) {
 		batch:   batch,
 		cluster: opts.Cluster,
 		log:     log,
+		onLease: opts.OnLease,
 		leases:  make(map[*Lease]struct{}),
 		kick:    make(chan struct{}, 1),
 		results: make(chan roundResult, 1),
@@ -339,6 +355,13 @@ func (w *Watchdog) Close() {
 	w.rounds.Wait()
 }
 
+// event tells OnLease, if set, of e. Caller holds w.mu.
+func (w *Watchdog) event(kind *Kind, key string, e LeaseEvent) {
+	if w.onLease != nil {
+		w.onLease(kind, key, e)
+	}
+}
+
 func (w *Watchdog) poke() {
 	select {
 	case w.kick <- struct{}{}:
@@ -356,6 +379,7 @@ func (w *Watchdog) loseLocked(l *Lease, reason string) {
 	delete(w.leases, l)
 	close(l.lost)
 	l.end()
+	w.event(l.kind, l.key, LeaseLost)
 	w.log.Warn("lease lost", zap.String("name", l.key), zap.String("kind", l.kind.Name), zap.String("owner", l.owner),
 		zap.String("reason", reason))
 }
@@ -537,6 +561,7 @@ func (w *Watchdog) apply(r roundResult) {
 					// ends shortly before the deadline still saves the lease.
 					l.next = now.Add(min(w.retry<<min(l.fails, 16), w.interval, max(l.deadline.Sub(now)/2, w.retry)))
 					l.fails++
+					w.event(kind, l.key, RenewFailed)
 				case rn.res.Held[j]:
 					if l.fails > 0 {
 						w.log.Info("lease renewed again", zap.String("name", l.key), zap.String("kind", kind.Name),
@@ -547,6 +572,7 @@ func (w *Watchdog) apply(r roundResult) {
 					}
 					l.next = r.sent.Add(w.interval)
 					l.fails = 0
+					w.event(kind, l.key, Renewed)
 				default:
 					w.loseLocked(l, "lock no longer held at renewal")
 				}

@@ -72,7 +72,7 @@ type Client struct {
 	loaded     gosync.Map // *lua.Script: run once by this Client with WithSyncReplicas
 
 	leaveGrace time.Duration // see Client.leaveBy
-	obs        *observing     // see WithObserver; nil: none
+	obs        *observing    // see WithObserver; nil: none
 
 	heirs heirs // local waiters a release may hand its lock to
 

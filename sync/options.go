@@ -162,7 +162,7 @@ type config struct {
 	replicas        int
 	replicaWait     time.Duration
 	leaveGrace      time.Duration // see Client.leaveBy
-	obs             *observing     // see WithObserver
+	obs             *observing    // see WithObserver
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without an explicit lease; the watchdog

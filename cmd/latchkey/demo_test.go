@@ -11,16 +11,16 @@ import (
 // fastDemo is the demo scaled down to a few seconds; the proportions that make each section
 // meaningful are kept (the lock is held over 3x its watchdog timeout). The times are wide
 // enough for a loaded machine: B is blocked in Lock well before A's unlock (after 100 ms B
-// had not always registered its Client), and renewals keep a 1 s lease with time to spare
-// (a 150 ms one was lost).
+// had not always registered its Client), and renewals keep a 3 s lease with time to spare
+// (a 150 ms one was lost; a 1 s one needs no more than a second's stall to be).
 func fastDemo() demoConfig {
 	cfg := defaultDemoConfig()
 	cfg.instances = 2
 	cfg.buyers = 10
 	cfg.stock = 8
 	cfg.wakeHold = time.Second
-	cfg.leaseTimeout = time.Second
-	cfg.leaseHold = 3100 * time.Millisecond
+	cfg.leaseTimeout = 3 * time.Second
+	cfg.leaseHold = 9300 * time.Millisecond
 	cfg.leaseSamples = 3
 	cfg.callers = 10
 	cfg.permits = 3

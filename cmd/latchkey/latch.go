@@ -91,7 +91,14 @@ func latchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if err := l.Await(actx); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			count, _ := l.Count(ctx)
+			// The count may have reached zero as the timeout ran out: that is the latch open.
+			count, cerr := l.Count(ctx)
+			switch {
+			case cerr != nil:
+				return cerr
+			case count == 0:
+				return nil
+			}
 			return &exitStatus{code: exitNotAcquired, msg: fmt.Sprintf("latch %q still counts %d after --timeout %v", name, count, timeout.d)}
 		}
 		return err

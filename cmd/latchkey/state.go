@@ -101,9 +101,8 @@ func readState(ctx context.Context, rdb rueidis.Client, name string) (state, err
 	queued, fenced, permits, writers := has(2), has(3), has(4), has(5)
 	clients, _ := probe[6].AsInt64()
 	semClients, _ := probe[7].AsInt64()
-	clients += semClients
 
-	s := state{Name: name, RedisType: typ, Clients: clients}
+	s := state{Name: name, RedisType: typ, Clients: clients + semClients}
 	if typ != "none" {
 		s.TTLMs = &ttl
 	}
@@ -131,6 +130,8 @@ func readState(ctx context.Context, rdb rueidis.Client, name string) (state, err
 			s.Kind = kindRWLock
 		case clients > 0:
 			s.Kind = kindLock
+		case semClients > 0: // waiting for permits not set yet: a missing key counts 0
+			s.Kind, s.Available = kindSemaphore, new(int64)
 		default:
 			s.Kind = kindNone
 		}

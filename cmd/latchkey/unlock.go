@@ -18,7 +18,7 @@ func unlockSpec() spec {
 		about: `Deletes the lock NAME whoever holds it, and wakes its waiters (a fair lock's next waiter
 gets it), as Redisson's forceUnlock does. The holder is not told: its next renewal finds
 the lock gone, and a "latchkey run" holding it ends its command (exit 76). On a terminal it
-shows the lock and asks first, unless --yes. Read-write locks are not supported yet.`,
+shows the lock and asks first, unless --yes. A read-write lock is refused: the library offers no force unlock for one.`,
 		examples: []string{
 			"latchkey unlock --force db-migrate",
 			"latchkey unlock --force --yes nightly-report   # from a script",

@@ -33,10 +33,12 @@ const (
 	// topologyTimeout bounds the start of a whole topology, readiness included: about
 	// 2–3 s here, the slack for a loaded machine running tests with -race.
 	topologyTimeout = 60 * time.Second
-	// nodeTimeout is the Cluster's node timeout and the Sentinels' down-after time: short,
-	// so that a test that kills a master sees a replica promoted within seconds, yet long
-	// enough for a loaded machine not to fail a node over on its own.
-	nodeTimeout = 2 * time.Second
+	// nodeTimeout is the Cluster's node timeout and the Sentinels' down-after time: long
+	// enough that a stall of a loaded machine (several test binaries, each with its servers,
+	// on 2 CPUs) never fails a shared master over on its own, which would move the shards
+	// the tests name. A test of failover makes a topology of its own, or asks for one
+	// (CLUSTER FAILOVER, SENTINEL FAILOVER), which waits for no timeout.
+	nodeTimeout = 10 * time.Second
 )
 
 // A Shard is a master with its replicas: one of a Cluster's masters, the Sentinel set's

@@ -169,11 +169,13 @@ func (c *Client) try(ctx context.Context, change, repeat bool, r call) (rueidis.
 			// wait: no goroutine of its own, no hand-over.
 			out.res, out.confirmed = r.send(sendCtx)
 		} else {
-			pending = make(chan sent, 1)
+			// The goroutine keeps the channel, not the variable, which the wait below clears.
+			ch := make(chan sent, 1)
+			pending = ch
 			go func() {
 				var s sent
 				s.res, s.confirmed = r.send(sendCtx)
-				pending <- s
+				ch <- s
 			}()
 			var grace <-chan time.Time
 		wait:

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +169,38 @@ func TestRunCommandOwnsTerminal(t *testing.T) {
 		if code := wait(); code != 9 || strings.Count(out.String(), "interrupted") != 1 {
 			t.Errorf("exit status %d, terminal %q; want the command's 9 after one interruption", code, out.String())
 		}
+	})
+	t.Run("lease lost with tostop", func(t *testing.T) {
+		// Run from an interactive shell, as a user does: latchkey's process group, in the
+		// background while the command has the terminal, is then not orphaned, and with
+		// tostop a write of its own to the terminal would stop it. It must still end the
+		// command when the lease is lost, and say so.
+		ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
+		defer cancel()
+		sh := exec.CommandContext(ctx, "bash", "--norc", "--noprofile", "-i")
+		sh.Env = append(os.Environ(), envRedisURL+"="+url, "PS1=$ ")
+		tty, err := pty.StartWithSize(sh, &pty.Winsize{Rows: 24, Cols: 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tty.Close() }()
+		out := &syncBuffer{}
+		go func() { _, _ = io.Copy(out, tty) }()
+		line := binary + ` run --lock tty-lost --lease 3s -- sh -c 'stty tostop; echo rea""dy; while :; do sleep 0.1; done'; echo "status=$?"` + "\n"
+		if _, err := io.WriteString(tty, line); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, e2eTimeout, "the command started", contains(out, "ready"))
+		if err := rdb.Do(context.Background(), rdb.B().Del().Key("tty-lost").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		want := "status=" + strconv.Itoa(exitLeaseLost)
+		eventually(t, e2eTimeout, "the lease-lost status", contains(out, want))
+		if !strings.Contains(out.String(), "was lost") {
+			t.Errorf("terminal %q: want latchkey's message that the lease was lost", out.String())
+		}
+		_, _ = io.WriteString(tty, "exit\n")
+		_ = sh.Wait()
 	})
 	if exists(t, rdb, "tty") {
 		t.Error("the lock is still held")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"syscall"
 	"time"
@@ -79,6 +80,12 @@ func status(err error) (int, error) {
 func (c *child) supervise(sigs <-chan os.Signal, lost <-chan struct{}, grace time.Duration, stderr io.Writer, what string) (bool, error) {
 	var kill <-chan time.Time
 	wasLost := false
+	if c.tty >= 0 {
+		// While the command has the terminal latchkey is in the background, where with
+		// tostop a write of its own to the terminal would stop it: it must stay free to
+		// end the command (restoreForeground resets this).
+		signal.Ignore(syscall.SIGTTOU)
+	}
 	for {
 		select {
 		case err := <-c.done:
@@ -90,8 +97,8 @@ func (c *child) supervise(sigs <-chan os.Signal, lost <-chan struct{}, grace tim
 			}
 		case <-lost:
 			lost, wasLost = nil, true
-			fmt.Fprintf(stderr, "latchkey run: the lease of %s was lost: sending the command SIGTERM, SIGKILL in %v\n", what, grace)
 			c.signal(syscall.SIGTERM)
+			fmt.Fprintf(stderr, "latchkey run: the lease of %s was lost: sent the command SIGTERM, SIGKILL in %v\n", what, grace)
 			t := time.NewTimer(grace)
 			defer t.Stop()
 			kill = t.C

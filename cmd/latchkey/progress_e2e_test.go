@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/creack/pty"
@@ -126,10 +125,16 @@ func TestProgressOnlyOnTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued(2)
-	// Both wait now; a line would be drawn at once and then every progressEvery.
-	time.Sleep(3 * progressEvery)
+	// A third waiter, on a terminal and not quiet, started after both were waiting: once it
+	// has drawn its line (at its first tick), theirs had their first tick too.
+	loud, _, waitLoud := onTerminal(t, url, "run", "--lock", "q", "--fair", "--", "true")
+	queued(3)
+	eventually(t, e2eTimeout, "the third waiter's line", contains(loud, `for fair lock "q"`))
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if code := waitLoud(); code != 0 {
+		t.Errorf("on a terminal: exit status %d", code)
 	}
 	if code := waitQuiet(); code != 0 {
 		t.Errorf("--quiet: exit status %d", code)

@@ -82,12 +82,13 @@ local function cancel(latch, latchPx, req, undo)
 end
 
 -- give adds n permits (negative: takes them away) to the semaphore key and publishes the new
--- total on channel when it is positive, as Redisson's release does: its waiters wake up to
--- that many local waiters (Java throws on a negative one, and 0 wakes nobody).
-local function give(key, channel, n, publish)
+-- total on channel when it is positive, after mark if any, as Redisson's release does: its
+-- waiters wake up to that many local waiters (Java throws on a negative one, and 0 wakes
+-- nobody).
+local function give(key, channel, n, publish, mark)
     local v = redis.call('incrby', key, n)
     if v > 0 then
-        redis.call(publish, channel, v)
+        redis.call(publish, channel, (mark or '') .. v)
     end
     return v
 end
@@ -322,10 +323,9 @@ local function wake_wanting(clients, wants, n, publish, except)
     local now = tonumber(now_us(0))
     for i = 1, #regs, 2 do
         local token = regs[i]
-        local want = token ~= except and tonumber(redis.call('hget', wants, token))
         if tonumber(regs[i + 1]) <= now then
             redis.call('zrem', clients, token)
-        elseif want and want <= n then
+        elseif token ~= except and (tonumber(redis.call('hget', wants, token)) or n + 1) <= n then
             if #regs > 2 then
                 redis.call('zrem', clients, token)
             end
@@ -339,11 +339,8 @@ end
 -- published for Redisson's waiters (see give, with a leading 0) and wakes a waiting client
 -- (wake_wanting).
 local function offer(key, channel, n, publish, clients, wants)
-    local v = redis.call('incrby', key, n)
-    if v > 0 then
-        redis.call(publish, channel, '0' .. v)
-        wake_wanting(clients, wants, v, publish)
-    end
+    local v = give(key, channel, n, publish, '0')
+    wake_wanting(clients, wants, v, publish)
     return v
 end
 

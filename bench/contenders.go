@@ -250,10 +250,22 @@ type rueidisMutex struct {
 	release context.CancelFunc
 }
 
+// lock waits while ctx lives, but holds past its end: rueidislock ties a hold to the context
+// it was asked with, and a worker inside when the window closes must stay inside until its
+// release, as every other library's does, or the next holder overlaps it.
 func (m *rueidisMutex) lock(ctx context.Context) error {
-	_, cancel, err := m.l.WithContext(ctx, m.key)
-	m.release = cancel
-	return err
+	holdCtx, drop := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, drop)
+	_, release, err := m.l.WithContext(holdCtx, m.key)
+	if !stop() { // ctx ended while waiting: any hold just taken is dropped with holdCtx
+		return ctx.Err()
+	}
+	if err != nil {
+		drop()
+		return err
+	}
+	m.release = func() { release(); drop() }
+	return nil
 }
 
 func (m *rueidisMutex) unlock(context.Context) error { m.release(); return nil }

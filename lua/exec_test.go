@@ -17,11 +17,11 @@ import (
 // and fails unless every one renews.
 func renewed(t *testing.T, ctx context.Context, c rueidis.Client, keys ...string) {
 	t.Helper()
-	multi := make([]rueidis.LuaExec, len(keys))
+	calls := make([]Call, len(keys))
 	for i, k := range keys {
-		multi[i] = rueidis.LuaExec{Keys: []string{k}, Args: []string{"30000", "owner"}}
+		calls[i] = LockRenew{Locks: []string{k}, LeaseMs: "30000", Owners: []string{"owner"}}.Call()
 	}
-	for i, r := range LockRenew.ExecMulti(ctx, c, multi...) {
+	for i, r := range ExecMulti(ctx, c, calls...) {
 		if held, err := r.AsIntSlice(); err != nil || len(held) != 1 || held[0] != 1 {
 			t.Fatalf("renewal of %s: %v, %v; want [1]", keys[i], held, err)
 		}
@@ -125,5 +125,5 @@ func TestExecMultiClusterNodeDown(t *testing.T) {
 	renewed(t, round, c, onA...)
 	t.Logf("a round on a while b is paused: %v", time.Since(start))
 	multi := []rueidis.LuaExec{{Keys: onA[:1], Args: []string{"30000", "owner"}}}
-	t.Logf("rueidis's Lua.ExecMulti meanwhile: %v", rueidis.NewLuaScript(LockRenew.src).ExecMulti(round, c, multi...)[0].Error())
+	t.Logf("rueidis's Lua.ExecMulti meanwhile: %v", rueidis.NewLuaScript(lockRenew.src).ExecMulti(round, c, multi...)[0].Error())
 }

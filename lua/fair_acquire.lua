@@ -1,16 +1,6 @@
 -- Fair lock acquire (Redisson RFairLock; docs/redisson-interop.md), safe to repeat.
--- KEYS[1] lock hash, KEYS[2] queue (list of waiting owners), KEYS[3] their deadlines (zset),
--- KEYS[4] latchkey waiters' leases (hash, see hand_on);
--- ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] the holds the owner knows it has,
--- ARGV[4] wait ms (Redisson's threadWaitTime), ARGV[5] now (epoch ms),
--- ARGV[6] 1 to take a place in the queue when the lock cannot be taken (the waiting form),
--- 0 not to (TryLock without waiting), ARGV[7] the wait's token (see hand_on; 0 for the
--- non-waiting form).
--- Reply: nil when acquired or re-entered (a lock granted to the owner is adopted);
--- -3 when the owner knows it holds the lock but its field is gone (nothing changes);
--- otherwise, for a waiter, the ms until the lock may come to it with no message: the
--- holder's PTTL at the head, the head's deadline behind it (-1: unknown); for the
--- non-waiting form the holder's PTTL.
+-- Keys, arguments and reply: lua.FairAcquire (calls.go). A lock granted to the owner is
+-- adopted; a waiter's hint is the holder's PTTL at the head, the head's deadline behind it.
 --
 -- A waiter's deadline is set by each of its attempts to now + wait, plus a wait for every
 -- Java waiter ahead of it (a Java waiter taking the lock moves every deadline one of its

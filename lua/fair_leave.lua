@@ -1,11 +1,9 @@
--- A fair lock waiter gives up its place (Redisson RFairLock acquireFailed).
--- KEYS[1] lock hash, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] latchkey waiters' leases,
--- KEYS[5] the lock channel; ARGV[1] owner id, ARGV[2] publish command, ARGV[3] now (epoch
--- ms).
+-- A fair lock waiter gives up its place (Redisson RFairLock acquireFailed). Keys, arguments
+-- and reply: lua.FairLeave (calls.go).
 -- The waiter's place goes, and a free lock passes to the head (whom no release will tell).
--- No deadline moves (see fair_acquire). Reply: 1 when the owner holds the lock — a release
--- granted it as the wait ended, and the caller takes it — else 0. Safe to repeat, and a late
--- run changes nothing but the place of a later wait: it never touches the lock.
+-- No deadline moves (see fair_acquire). A lock a release granted the owner as the wait
+-- ended is the caller's to take. Safe to repeat, and a late run changes nothing but the
+-- place of a later wait: it never touches the lock.
 drop_stale(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[3]))
 redis.call('lrem', KEYS[2], 0, ARGV[1])
 redis.call('zrem', KEYS[3], ARGV[1])

@@ -1,20 +1,11 @@
--- Reentrant lock release (Redisson RLock unlock with unlock latch), with an
--- optional local hand-off (a latchkey addition that writes only Redisson's layout).
--- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch key, KEYS[4] the
--- zset of waiting clients, KEYS[5] the listener key;
--- ARGV[1] lease ms a partial release keeps at least, ARGV[2] owner id, ARGV[3] publish
--- command, ARGV[4] latch PX ms, ARGV[5] the holds the owner knows it has (this release drops
--- one), ARGV[6] this release's request number (rising per owner), ARGV[7] the client's token,
--- ARGV[8] 1 if the client has waiters left for the lock (besides the heir, if any), ARGV[9]
--- how long a registration lasts (ms);
--- ARGV[10], ARGV[11], optional: an owner to hand the lock to when this release frees it, and
--- that owner's lease ms.
--- Reply: nil when the owner does not hold the lock; 0 when still held; 1 when freed (the
--- releasing client registered again, last, if it has waiters left — and so woken if no
--- other client waits — and the next waiting client and Redisson's waiters told: see
--- wake_next); 2 when handed to ARGV[10], which then holds it once with its own lease
--- (nothing is published: the lock was never free; the client's registration goes if it has
--- no other waiter). A client with no waiter left stops listening (see resign). Safe to
+-- Reentrant lock release (Redisson RLock unlock with unlock latch), with an optional local
+-- hand-off (a latchkey addition that writes only Redisson's layout). Keys, arguments and
+-- reply: lua.LockRelease (calls.go).
+-- Freed, the releasing client registers again, last, if it has waiters left — and so is
+-- woken if no other client waits — and the next waiting client and Redisson's waiters are
+-- told (see wake_next). Handed to the heir, the lock is held by it once with its own lease,
+-- and nothing is published (the lock was never free); the client's registration goes if it
+-- has no other waiter. A client with no waiter left stops listening (see resign). Safe to
 -- repeat (see release).
 local freed = 1
 if ARGV[10] then

@@ -3,8 +3,10 @@ package lua
 import (
 	"context"
 	"io/fs"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -216,21 +218,75 @@ q()`)
 	}
 }
 
-// Every script's header, the comment lines it starts with, is its contract: it says what the
-// script takes (KEYS, ARGV) and replies.
-func TestHeadersAreContracts(t *testing.T) {
-	for _, s := range scripts {
-		var header strings.Builder
-		for _, line := range strings.SplitAfter(body(s.file), "\n") {
-			if !strings.HasPrefix(line, "--") {
-				break
-			}
-			header.WriteString(line)
+// Every request type sends as many keys and arguments as its script reads: a contract that
+// has drifted from its script fails here. Each request below sets every optional part; the
+// renewals and permit lists are variadic (one element here), and are read in loops.
+func TestRequestsMatchScripts(t *testing.T) {
+	num := Numbered{Latch: "l", N: 1, LatchMs: "1"}
+	wait := &Registration{Token: "t", Ms: "1", Others: true}
+	one := []string{"x"}
+	for _, r := range []struct {
+		req     Request
+		varKeys bool // keys read in a loop: not checked
+		varArgs int  // arguments past the last one read by index
+	}{
+		{req: LockAcquire{Lock: "k", TokenKey: "t", Wait: wait}},
+		{req: LockRelease{Numbered: num, Heir: "h"}},
+		{req: LockForceRelease{}},
+		{req: LockLeave{}},
+		{req: LockRenew{Locks: one, Owners: one}, varKeys: true, varArgs: 1},
+		{req: FairAcquire{}},
+		{req: FairRelease{Numbered: num}},
+		{req: FairForceRelease{}},
+		{req: FairLeave{}},
+		{req: ReadAcquire{}},
+		{req: ReadRelease{Numbered: num}},
+		{req: ReadRenew{Locks: one, Timeouts: one, Owners: one}, varKeys: true, varArgs: 1},
+		{req: WriteAcquire{}},
+		{req: WriteRelease{Numbered: num}},
+		{req: WriteLeave{}},
+		{req: SemAcquire{Numbered: num, Wait: wait}},
+		{req: SemRelease{Numbered: num}},
+		{req: SemSet{Numbered: num}},
+		{req: SemLeave{}},
+		{req: LatchRequest{Numbered: num}.Set(1)},
+		{req: LatchRequest{Numbered: num}.CountDown()},
+		{req: LatchRequest{Numbered: num}.Delete()},
+		{req: PermitAcquire{Numbered: num, IDs: one}, varArgs: 1},
+		{req: PermitRelease{Numbered: num, IDs: one}, varArgs: 1},
+		{req: PermitSet{Numbered: num}},
+		{req: PermitState{ID: "p", ExpiryMs: "1"}},
+		{req: PermitRenew{Acquired: one, Permits: one}, varKeys: true, varArgs: 1},
+	} {
+		call := r.req.Call()
+		code := codeOf(body(call.Script.file))
+		keys, args := maxIndex(code, "KEYS"), maxIndex(code, "ARGV")
+		if !r.varKeys && len(call.Keys) != keys {
+			t.Errorf("%T sends %d keys; %s reads %d", r.req, len(call.Keys), call.Script.file, keys)
 		}
-		for _, want := range []string{"KEYS", "ARGV", "Reply"} {
-			if !strings.Contains(header.String(), want) {
-				t.Errorf("%s: its header says nothing of %s", s.file, want)
-			}
+		if len(call.Args) != args+r.varArgs {
+			t.Errorf("%T sends %d arguments; %s reads %d, and %d more in a loop", r.req, len(call.Args), call.Script.file, args, r.varArgs)
 		}
 	}
+}
+
+// codeOf is src without its comment lines.
+func codeOf(src string) string {
+	var code strings.Builder
+	for _, line := range strings.SplitAfter(src, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			code.WriteString(line)
+		}
+	}
+	return code.String()
+}
+
+// maxIndex is the highest literal index of table (KEYS, ARGV) that code reads.
+func maxIndex(code, table string) int {
+	n := 0
+	for _, m := range regexp.MustCompile(table+`\[(\d+)\]`).FindAllStringSubmatch(code, -1) {
+		i, _ := strconv.Atoi(m[1])
+		n = max(n, i)
+	}
+	return n
 }

@@ -1,16 +1,7 @@
 -- Permit-expirable semaphore acquire (Redisson RPermitExpirableSemaphore tryAcquire),
 -- numbered on the handle's latch (a latchkey addition: Redisson's is not safe to repeat).
--- KEYS[1] semaphore, KEYS[2] acquired permits (zset), KEYS[3] the handle's latch, KEYS[4]
--- channel;
--- ARGV[1] the permits' expiry (epoch ms, or no_expiry), ARGV[2] now (epoch ms), ARGV[3]
--- request number, ARGV[4] latch PX ms, ARGV[5] 1 to cancel request ARGV[3] rather than make
--- it, ARGV[6] publish command, ARGV[7..] the permits' IDs (hex).
--- Reply: the permits left after taking them (-1 from a repeat: not known), or, when too few
--- were available, {ms until the nearest expiry} or nil when no acquired permit expires
--- (nothing is taken; expired ones are reclaimed) — or {'total', permits in all} when the
--- semaphore exists and has fewer permits in all, available and acquired, than asked for;
--- nil from a repeat of a request that took nothing. A cancel gives back what the request
--- took, if it ran and took, and replies 1 if so, else 0. Safe to repeat.
+-- Keys, arguments and reply: lua.PermitAcquire (calls.go). Too few available takes nothing;
+-- expired permits are reclaimed. Safe to repeat.
 local now, req = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = from(ARGV, 7)
 if ARGV[5] == '1' then

@@ -1,10 +1,5 @@
 -- Permit-expirable semaphore release (Redisson RPermitExpirableSemaphore release),
--- numbered on the handle's latch.
--- KEYS[1] semaphore, KEYS[2] acquired permits (zset), KEYS[3] the handle's latch, KEYS[4]
--- channel;
--- ARGV[1] now (epoch ms), ARGV[2] request number, ARGV[3] latch PX ms, ARGV[4] publish
--- command, ARGV[5..] the permits' IDs (hex).
--- Reply: how many of the permits were acquired and unexpired (-1 from a repeat: not known).
+-- numbered on the handle's latch. Keys, arguments and reply: lua.PermitRelease (calls.go).
 -- Every listed permit still in the zset, expired or not, is given back and the new total
 -- published; expired permits are reclaimed. Safe to repeat.
 return numbered(KEYS[3], ARGV[3], tonumber(ARGV[2]), -1, function()

@@ -1,9 +1,6 @@
 -- Renews the leases of acquired permits kept by the watchdog (a latchkey addition: Redisson
--- renews no permit).
--- KEYS[1..k] acquired-permit zsets; ARGV[1] lease ms, ARGV[2] now (epoch ms), ARGV[2+i] the
--- permits (their hex IDs, concatenated) of one acquisition in KEYS[i].
--- Reply: an array, 1 where every permit of the acquisition was still acquired and unexpired
--- (each now expires at least ARGV[1] from now: a lease only grows), 0 otherwise.
+-- renews no permit). Keys, arguments and reply: lua.PermitRenew (calls.go). A lease only
+-- grows.
 local lease, now = tonumber(ARGV[1]), tonumber(ARGV[2])
 local held = {}
 for i, key in ipairs(KEYS) do

@@ -1,13 +1,9 @@
 -- Permit-expirable semaphore trySetPermits, setPermits and addPermits (Redisson
--- RPermitExpirableSemaphore), numbered on the handle's latch.
--- KEYS[1] semaphore, KEYS[2] acquired permits (zset), KEYS[3] the handle's latch, KEYS[4]
--- channel;
--- ARGV[1] 'try', 'set' or 'add', ARGV[2] permits, ARGV[3] now (epoch ms), ARGV[4] request
--- number, ARGV[5] latch PX ms, ARGV[6] publish command.
--- Reply: 1; nil from 'try' when the semaphore existed. 'set' makes the permits in all,
--- available and acquired, ARGV[2], and 'add' adds ARGV[2] (negative: takes away) to the
--- available ones; each publishes as Redisson's does (set: the total, add: the permits
--- added, when positive). Safe to repeat.
+-- RPermitExpirableSemaphore), numbered on the handle's latch. Keys, arguments and reply:
+-- lua.PermitSet (calls.go). 'set' makes the permits in all, available and acquired, the
+-- number given, and 'add' adds it (negative: takes away) to the available ones; each
+-- publishes as Redisson's does (set: the total, add: the permits added, when positive). Safe
+-- to repeat.
 local mode, p, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 return numbered(KEYS[3], ARGV[5], tonumber(ARGV[4]), 1, function()
     reclaim(KEYS[1], KEYS[2], KEYS[4], now, ARGV[6])

@@ -22,7 +22,7 @@ import (
 //     script made without SHA (ReadRenew before scripts carried only their helpers; LockRenew
 //     had none);
 //   - eval: the same without lib.lua, the script as it is now;
-//   - evalsha: EVALSHA (Script.ExecMulti);
+//   - evalsha: EVALSHA (ExecMulti);
 //   - rueidis-sha: rueidis's Lua.ExecMulti, SCRIPT LOAD then EVALSHA.
 //
 // A round is batches x holds: 1x1 a Client with one hold, 1x100 one full batch, 32x1 holds
@@ -42,9 +42,9 @@ func BenchmarkRenewRound(b *testing.B) {
 		keys func(i int) []string // hold i's keys
 		arg  func(i int) string   // hold i's argument
 	}{
-		{"lock", LockRenew, false, func(i int) []string { return []string{fmt.Sprintf("lock%d", i)} },
+		{"lock", lockRenew, false, func(i int) []string { return []string{fmt.Sprintf("lock%d", i)} },
 			func(i int) string { return fmt.Sprintf("owner%d", i) }},
-		{"read", ReadRenew, true, func(i int) []string {
+		{"read", readRenew, true, func(i int) []string {
 			return []string{fmt.Sprintf("rw%d", i), fmt.Sprintf("{rw%d}:owner%d:rwlock_timeout", i, i)}
 		}, func(i int) string { return fmt.Sprintf("owner%d", i) }},
 	} {
@@ -74,7 +74,13 @@ func BenchmarkRenewRound(b *testing.B) {
 		}
 		ways := []way{
 			{"eval", func(m []rueidis.LuaExec) []rueidis.RedisResult { return whole.Lua.ExecMulti(ctx, c, m...) }, each(whole, true)},
-			{"evalsha", func(m []rueidis.LuaExec) []rueidis.RedisResult { return bySHA.ExecMulti(ctx, c, m...) }, each(bySHA, false)},
+			{"evalsha", func(m []rueidis.LuaExec) []rueidis.RedisResult {
+				calls := make([]Call, len(m))
+				for i, e := range m {
+					calls[i] = Call{bySHA, e.Keys, e.Args}
+				}
+				return ExecMulti(ctx, c, calls...)
+			}, each(bySHA, false)},
 			{"rueidis-sha", func(m []rueidis.LuaExec) []rueidis.RedisResult { return bySHA.Lua.ExecMulti(ctx, c, m...) },
 				func(m []rueidis.LuaExec) []rueidis.Completed {
 					return append(each(bySHA, false)(m), c.B().ScriptLoad().Script(bySHA.src).Build())

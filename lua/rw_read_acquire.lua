@@ -1,11 +1,6 @@
--- Read lock acquire (Redisson RReadWriteLock read lock), safe to repeat.
--- KEYS[1] lock hash, KEYS[2] the owner's timeout key prefix ({N}:<owner>:rwlock_timeout),
--- KEYS[3] the zset of waiting writers (a latchkey addition, see below);
--- ARGV[1] lease ms, ARGV[2] owner id, ARGV[3] its writer field (<owner>:write), whose
--- write hold lets it read (a downgrade), or '' for none (a handle that is not Reentrant),
--- ARGV[4] the read holds the owner knows it has, ARGV[5] now (epoch ms).
--- Reply: nil when acquired or re-entered; -3 when the owner knows of read holds but its field
--- is gone; otherwise the ms until the lock may come free with no message (-1: unknown).
+-- Read lock acquire (Redisson RReadWriteLock read lock), safe to repeat. Keys, arguments
+-- and reply: lua.ReadAcquire (calls.go). The owner's timeout key prefix is
+-- {N}:<owner>:rwlock_timeout; its writer field is <owner>:write.
 --
 -- Hold k has its timeout key <prefix>:k, and every one of the owner's keys lives at least
 -- the lease: a lease only grows. The count is one above the holds the owner knows.

@@ -1,17 +1,12 @@
--- Read lock release (Redisson RReadWriteLock read unlock, with the unlock latch).
--- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's timeout key prefix,
--- KEYS[4] the lock's key prefix ({N}), KEYS[5] the owner's unlock latch, KEYS[6] the zset of
--- waiting writers; ARGV[1] message (0), ARGV[2] owner id, ARGV[3] publish command,
--- ARGV[4] latch PX ms, ARGV[5] the read holds the owner knows it has, ARGV[6] this release's
--- request number, ARGV[7] now (epoch ms), ARGV[8] lease ms the owner's other holds keep.
--- Reply: nil when the owner holds no read lock; 0 when the lock is still held; 1 when freed.
+-- Read lock release (Redisson RReadWriteLock read unlock, with the unlock latch). Keys,
+-- arguments and reply: lua.ReadRelease (calls.go).
 --
 -- The hold's timeout key goes; the owner's other holds keep at least the lease, and the
 -- lock's TTL becomes the longest any read hold has left (so holds of dead readers run out),
 -- but never less than it was while a writer holds it (the owner's own downgrade). Freed, it
 -- tells one waiter (0) — or all (1) while a writer waits, so that the writer among them is
--- woken, not a reader that may not enter. A lock found gone already is announced too
--- (ARGV[1]), at every run, as Redisson does. Safe to repeat (see numbered).
+-- woken, not a reader that may not enter. A lock found gone already is announced too, at
+-- every run, as Redisson does. Safe to repeat (see numbered).
 local holds = tonumber(ARGV[5])
 local mode = redis.call('hget', KEYS[1], 'mode')
 if not mode then

@@ -1,8 +1,6 @@
--- Batched renewal of read holds (Redisson's read lock renewal).
--- KEYS in pairs: lock hash i, then owner i's timeout key prefix; ARGV[1] lease ms,
--- ARGV[i+1] owner i. For every owner still holding reads (count c), its timeout keys 1..c
--- and the lock get a TTL of at least the lease (a lease only grows).
--- Reply: an array with 1 where owner i still holds reads, 0 where not.
+-- Batched renewal of read holds (Redisson's read lock renewal). Keys, arguments and reply:
+-- lua.ReadRenew (calls.go). For every owner still holding reads (count c), its timeout keys
+-- 1..c and the lock get a TTL of at least the lease (a lease only grows).
 local lease = tonumber(ARGV[1])
 local held = {}
 for i = 1, #KEYS / 2 do

@@ -1,10 +1,5 @@
--- Write lock acquire (Redisson RReadWriteLock write lock), safe to repeat.
--- KEYS[1] lock hash, KEYS[2] the zset of waiting writers;
--- ARGV[1] lease ms, ARGV[2] the owner's writer field (<owner>:write), ARGV[3] the write holds
--- the owner knows it has, ARGV[4] now (epoch ms), ARGV[5] how long a waiting writer's claim
--- lasts without a new attempt (ms), ARGV[6] 1 when the writer waits, 0 when it does not.
--- Reply: nil when acquired or re-entered; -3 when the owner knows of write holds but its
--- field is gone; otherwise the holder's PTTL. A waiting writer's claim (in the zset, by
+-- Write lock acquire (Redisson RReadWriteLock write lock), safe to repeat. Keys, arguments
+-- and reply: lua.WriteAcquire (calls.go). A waiting writer's claim (in the zset, by
 -- deadline) makes new readers wait; taking the lock drops it. No upgrade: a reader is
 -- refused like anyone else (the caller reports it at once).
 local r = reenter(KEYS[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[1]))

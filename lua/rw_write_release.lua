@@ -1,10 +1,5 @@
--- Write lock release (Redisson RReadWriteLock write unlock, with the unlock latch).
--- KEYS[1] lock hash, KEYS[2] lock channel, KEYS[3] the owner's unlock latch, KEYS[4] the
--- zset of waiting writers;
--- ARGV[1] message (1: wake every waiter), ARGV[2] lease ms a partial release keeps at least,
--- ARGV[3] the owner's writer field, ARGV[4] publish command, ARGV[5] latch PX ms,
--- ARGV[6] the write holds the owner knows it has, ARGV[7] this release's request number.
--- Reply: nil when the owner does not hold the write lock; 0 when still held; 1 when released.
+-- Write lock release (Redisson RReadWriteLock write unlock, with the unlock latch). Keys,
+-- arguments and reply: lua.WriteRelease (calls.go).
 -- At the last write hold the lock is freed, or stays in read mode if the owner holds reads
 -- (a downgrade); either way every waiter is told, so that readers can enter (Redisson stays
 -- silent on a downgrade). Freeing the lock drops the waiting writers' claims, so that the

@@ -1,20 +1,12 @@
 -- Semaphore acquire (Redisson RSemaphore tryAcquire), numbered on the handle's latch
--- (a latchkey addition: Redisson's is not safe to repeat).
--- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel, KEYS[4] the zset of waiting
--- clients, KEYS[5] their wants, KEYS[6] the listener key (see sem_wait);
--- ARGV[1] permits, ARGV[2] request number, ARGV[3] latch PX ms, ARGV[4] 1 to cancel request
--- ARGV[2] rather than make it, ARGV[5] publish command; for a waiting acquire, ARGV[6] the
--- client's token, ARGV[7] how long a registration lasts (ms), ARGV[8] 1 if the client has
--- other waiters on the semaphore.
--- Reply: the permits left after taking ARGV[1] (-1 from a repeat: not known), or, when fewer
--- were available, {the permits available} (a missing key has none; nil from a repeat) —
--- {available, 1} to a waiting acquire whose client is the listener (see listen). A waiting
--- acquire that does not take registers its client (sem_wait) and, if some permits are left,
--- passes the wake it may have had on (wake_wanting); one that takes drops its client's
--- registration unless it has other waiters (then it keeps its want, 1 if none is known), and
--- wakes another client for the permits left (its own next waiter is its client's to wake). A
--- cancel gives back what the request took, if it ran and took (see offer), and replies 1 if
--- so, else 0. Safe to repeat.
+-- (a latchkey addition: Redisson's is not safe to repeat). Keys, arguments and reply:
+-- lua.SemAcquire (calls.go).
+-- A waiting acquire that does not take registers its client (sem_wait) and, if some permits
+-- are left, passes the wake it may have had on (wake_wanting); one that takes drops its
+-- client's registration unless it has other waiters (then it keeps its want, 1 if none is
+-- known), and wakes another client for the permits left (its own next waiter is its
+-- client's to wake). A cancel gives back what the request took, if it ran and took (see
+-- offer). Safe to repeat.
 local n, req = tonumber(ARGV[1]), tonumber(ARGV[2])
 if ARGV[4] == '1' then
     return cancel(KEYS[2], ARGV[3], req, function()

@@ -1,10 +1,8 @@
--- A client's last waiter on a semaphore stops waiting without permits (a latchkey addition).
--- KEYS[1] semaphore, KEYS[2] the zset of waiting clients, KEYS[3] their wants, KEYS[4] the
--- listener key; ARGV[1] the client's token, ARGV[2] publish command, ARGV[3] how long a
--- registration lasts (ms).
+-- A client's last waiter on a semaphore stops waiting without permits (a latchkey
+-- addition). Keys, arguments and reply: lua.SemLeave (calls.go).
 -- The client's registration goes, and its listening (see resign). If the registration was
 -- gone already — a change may have woken this client as its waiter left — the wake passes to
--- the next client the permits can serve (wake_wanting). Reply: 0. Safe to repeat.
+-- the next client the permits can serve (wake_wanting). Safe to repeat.
 local gone = redis.call('zrem', KEYS[2], ARGV[1]) == 0
 redis.call('hdel', KEYS[3], ARGV[1])
 resign(KEYS[4], ARGV[1], KEYS[2], ARGV[2], tonumber(ARGV[3]))

@@ -1,13 +1,7 @@
--- Semaphore trySetPermits, setPermits and drainPermits (Redisson RSemaphore), numbered
--- on the handle's latch.
--- KEYS[1] semaphore, KEYS[2] the handle's latch, KEYS[3] channel, KEYS[4] the zset of waiting
--- clients, KEYS[5] their wants (see sem_wait);
--- ARGV[1] 'try', 'set' or 'drain', ARGV[2] permits, ARGV[3] request number, ARGV[4] latch
--- PX ms, ARGV[5] publish command.
--- Reply: try: 1 when it set the permits, nil when the semaphore existed. set: 1. A positive
--- number set is published and wakes a waiting client (see offer). drain: the permits there were (0 when none; the
--- key is set to 0 if it exists, and nothing is published), -1 from a repeat (not known).
--- Safe to repeat.
+-- Semaphore trySetPermits, setPermits and drainPermits (Redisson RSemaphore), numbered on
+-- the handle's latch. Keys, arguments and reply: lua.SemSet (calls.go). A positive number
+-- set is published and wakes a waiting client (see offer); a drain sets an existing key to 0
+-- and publishes nothing. Safe to repeat.
 local mode, p = ARGV[1], tonumber(ARGV[2])
 local replay = 1
 if mode == 'drain' then

@@ -175,9 +175,15 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded
 	}
-	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewer(lua.LockRenew, func(b watchdog.Batch) []string { return b.Keys }, false)}
-	c.readKind = &watchdog.Kind{Name: "read lock", Renew: c.renewer(lua.ReadRenew, readKeys, false)}
-	c.permitKind = &watchdog.Kind{Name: "permits", Renew: c.renewer(lua.PermitRenew, permitKeys, true)}
+	c.lockKind = &watchdog.Kind{Name: "lock", Renew: c.renewer(func(ms string, b watchdog.Batch) lua.Request {
+		return lua.LockRenew{Locks: b.Keys, LeaseMs: ms, Owners: b.Owners}
+	})}
+	c.readKind = &watchdog.Kind{Name: "read lock", Renew: c.renewer(func(ms string, b watchdog.Batch) lua.Request {
+		return lua.ReadRenew{Locks: b.Keys, Timeouts: readTimeoutKeys(b), LeaseMs: ms, Owners: b.Owners}
+	})}
+	c.permitKind = &watchdog.Kind{Name: "permits", Renew: c.renewer(func(ms string, b watchdog.Batch) lua.Request {
+		return lua.PermitRenew{Acquired: permitKeys(b), LeaseMs: ms, NowMs: nowMs(), Permits: b.Owners}
+	})}
 	wopts := watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log, Cluster: rdb.Mode() == rueidis.ClientModeCluster}
 	if c.obs != nil {
 		wopts.OnLease = c.obs.lease
@@ -262,24 +268,18 @@ func (c *Client) newRequestID() string {
 	return string(b[:])
 }
 
-// renewer renews one kind of hold: one pipelined round of batched renewal scripts, each
-// given keys(batch) and as arguments the lease, the time (epoch ms) if now, and the owners.
-func (c *Client) renewer(s *lua.Script, keys func(watchdog.Batch) []string, now bool) watchdog.RenewFunc {
+// renewer renews one kind of hold: one pipelined round of the batched renewals that renew
+// makes for the lease in ms.
+func (c *Client) renewer(renew func(ms string, b watchdog.Batch) lua.Request) watchdog.RenewFunc {
 	return func(ctx context.Context, lease time.Duration, batches []watchdog.Batch) []watchdog.Result {
-		ms := strconv.FormatInt(lease.Milliseconds(), 10)
-		execs := make([]rueidis.LuaExec, len(batches))
+		ms := msOf(lease)
+		calls := make([]lua.Call, len(batches))
 		for i, b := range batches {
-			args := make([]string, 0, len(b.Owners)+2)
-			args = append(args, ms)
-			if now {
-				args = append(args, nowMs())
-			}
-			args = append(args, b.Owners...)
-			execs[i] = rueidis.LuaExec{Keys: keys(b), Args: args}
+			calls[i] = renew(ms, b).Call()
 		}
 		out := make([]watchdog.Result, len(batches))
 		if c.replicas == 0 {
-			resps := s.ExecMulti(ctx, c.rdb, execs...)
+			resps := lua.ExecMulti(ctx, c.rdb, calls...)
 			for i := range out {
 				if i >= len(resps) {
 					out[i].Err = errors.New("dsync: missing renewal reply")
@@ -291,11 +291,11 @@ func (c *Client) renewer(s *lua.Script, keys func(watchdog.Batch) []string, now 
 		}
 		// Each batch goes to one node (on a Cluster its keys share a slot), and its WAIT with it.
 		var wg gosync.WaitGroup
-		for i, e := range execs {
+		for i, call := range calls {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, confirmed := (&scriptCall{c, s, e.Keys, e.Args}).send(ctx)
+				res, confirmed := (&scriptCall{c, call}).send(ctx)
 				out[i] = c.renewed(res, confirmed)
 			}()
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
 	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
@@ -31,26 +32,24 @@ type variant interface {
 	// prepare readies the wait w of the waiting acquisition a (how a release may hand or
 	// grant it the lock, whether it may join).
 	prepare(a *lockAttempt, w *wait)
-	// request is o's acquire request, for the waiting acquisition a (nil: a single attempt),
-	// and the index of its argument of the holds o knows it has (see owner.attempt).
-	request(o *holder, leaseMs string, a *lockAttempt) (script, int)
+	// request is o's acquire request, for the waiting acquisition a (nil: a single attempt).
+	request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire
 	// replied is what the wait of a (nil: a single attempt) makes of an attempt's outcome.
 	replied(o *holder, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error)
 	// left withdraws a's claim after its wait ended without the lock, awaited until until at
 	// most, and reports whether a release gave a the lock meanwhile, which it then holds.
 	left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error)
-	// release is o's numbered release of one of holds it has in Redis, for the latch and
-	// request number given (see owner.releaser).
-	release(o *holder, holds int, latch, n string) script
+	// release is o's numbered release of one of holds it has in Redis (see owner.releaser).
+	release(o *holder, holds int, num lua.Numbered) lua.Request
 	// unlock releases one hold of o's (see Lock.Unlock).
 	unlock(ctx context.Context, o *holder) error
 	// forceRelease deletes the lock whoever holds it, and wakes a waiter.
-	forceRelease(o *holder) script
+	forceRelease(o *holder) lua.Request
 }
 
 // releaseOne releases one hold of o's with v's release.
 func releaseOne(ctx context.Context, o *holder, v variant) error {
-	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return v.release(o, o.count, latch, n), nil })
+	return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *heir) { return v.release(o, o.count, num), nil })
 }
 
 func (l *exclusive) init(c *Client, name, what string, v variant, opts []HandleOption) {
@@ -65,8 +64,8 @@ func (l *exclusive) init(c *Client, name, what string, v variant, opts []HandleO
 }
 
 // releaser makes o's numbered release of a hold it does not count (see owner.releaser).
-func (l *exclusive) releaser(o *holder) func(holds int, latch, n string) script {
-	return func(holds int, latch, n string) script { return l.v.release(o, holds, latch, n) }
+func (l *exclusive) releaser(o *holder) func(holds int, num lua.Numbered) lua.Request {
+	return func(holds int, num lua.Numbered) lua.Request { return l.v.release(o, holds, num) }
 }
 
 // borrow returns the owner an acquisition takes the lock as: a Reentrant handle's own, or
@@ -273,8 +272,7 @@ func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
 
 // attempt makes one attempt as o, for the waiting acquisition a (nil: a single attempt).
 func (l *exclusive) attempt(ctx context.Context, o *holder, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
-	r, holds := l.v.request(o, leaseMs, a)
-	ttl, ok, err := o.attempt(ctx, lease, r, holds, out)
+	ttl, ok, err := o.attempt(ctx, lease, l.v.request(o, leaseMs, a), out)
 	return l.v.replied(o, a, ttl, ok, err)
 }
 
@@ -325,8 +323,7 @@ func (l *exclusive) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := o.check(ctx); err != nil {
 		return false, err
 	}
-	r := l.v.forceRelease(o)
-	msg, err := o.c.once(ctx, r.s, r.keys, r.args) // once: a repeat could delete a hold taken since
+	msg, err := o.c.once(ctx, l.v.forceRelease(o).Call()) // once: a repeat could delete a hold taken since
 	if !replied(err) {
 		return false, o.wrap(err)
 	}

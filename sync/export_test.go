@@ -87,9 +87,9 @@ func (h *hookedRDB) before(cmd rueidis.Completed) []string {
 	}
 	words := append([]string{"EVALSHA", s}, cmd.Commands()[2:]...)
 	switch s {
-	case lua.LockRelease.SHA():
+	case shaOf(lua.LockRelease{}):
 		h.beforeRelease.run(words)
-	case lua.LockLeave.SHA():
+	case shaOf(lua.LockLeave{}):
 		h.beforeLeave.run(words)
 	}
 	return words
@@ -101,10 +101,15 @@ func (h *hookedRDB) after(cmd []string, r rueidis.RedisResult) {
 		return
 	}
 	switch cmd[1] {
-	case lua.LockAcquire.SHA(), lua.FairAcquire.SHA(), lua.ReadAcquire.SHA(), lua.WriteAcquire.SHA(), lua.SemAcquire.SHA():
+	case shaOf(lua.LockAcquire{}), shaOf(lua.FairAcquire{}), shaOf(lua.ReadAcquire{}), shaOf(lua.WriteAcquire{}),
+		shaOf(lua.SemAcquire{}):
 		h.afterAcquire.run(cmd)
 	}
 }
+
+// shaOf is the SHA the script of r runs by: a marker for hooks and the fault proxy that
+// matches one script and nothing else.
+func shaOf(r lua.Request) string { return r.Call().Script.SHA() }
 
 func (h *hookedRDB) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	if h.hook != nil {

@@ -62,8 +62,8 @@ func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 type fairLock struct{ channel, queue, timeouts, leases string }
 
 // keys are the fair lock's keys, then more.
-func (f *fairLock) keys(o *holder, more ...string) []string {
-	return append([]string{o.name, f.queue, f.timeouts, f.leases}, more...)
+func (f *fairLock) keys(o *holder) lua.FairKeys {
+	return lua.FairKeys{Lock: o.name, Queue: f.queue, Timeouts: f.timeouts, Leases: f.leases}
 }
 
 // wakeCh is the waiter's own channel: a release may grant it the lock (the token of its
@@ -84,13 +84,14 @@ func (f *fairLock) prepare(a *lockAttempt, w *wait) {
 
 // request takes the lock, or takes or keeps the waiter's place in the queue, with a token
 // of its own: the message with which a release grants this attempt the lock.
-func (f *fairLock) request(o *holder, leaseMs string, a *lockAttempt) (script, int) {
+func (f *fairLock) request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire {
 	token := "0"
 	if a != nil {
 		a.token = o.c.newToken()
 		token = a.token
 	}
-	return script{lua.FairAcquire, f.keys(o), []string{leaseMs, o.id, "", o.c.fairWaitMs, nowMs(), flag(a != nil), token}}, 2
+	return lua.FairAcquire{FairKeys: f.keys(o), LeaseMs: leaseMs, Owner: o.id, WaitMs: o.c.fairWaitMs, NowMs: nowMs(),
+		Waiting: a != nil, Token: token}
 }
 
 // replied tells a waiter to attempt again within a third of its place's wait time.
@@ -98,15 +99,15 @@ func (f *fairLock) replied(o *holder, _ *lockAttempt, ttl int64, ok bool, err er
 	return o.c.keepAlive(ttl), ok, err
 }
 
-func (f *fairLock) release(o *holder, holds int, latch, n string) script {
-	return script{lua.FairRelease, f.keys(o, f.channel, latch),
-		[]string{strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs()}}
+func (f *fairLock) release(o *holder, holds int, num lua.Numbered) lua.Request {
+	return lua.FairRelease{FairKeys: f.keys(o), Channel: f.channel, Numbered: num, LeaseMs: msOf(o.ttl()), Owner: o.id,
+		Publish: o.c.publishCmd, Holds: holds, NowMs: nowMs()}
 }
 
 func (f *fairLock) unlock(ctx context.Context, o *holder) error { return releaseOne(ctx, o, f) }
 
-func (f *fairLock) forceRelease(o *holder) script {
-	return script{lua.FairForceRelease, f.keys(o, f.channel), []string{o.c.publishCmd, nowMs()}}
+func (f *fairLock) forceRelease(o *holder) lua.Request {
+	return lua.FairForceRelease{FairKeys: f.keys(o), Channel: f.channel, Publish: o.c.publishCmd, NowMs: nowMs()}
 }
 
 // left takes the owner's place out of the queue after a wait that did not end in the lock,
@@ -118,7 +119,7 @@ func (f *fairLock) forceRelease(o *holder) script {
 // (giveBack), as is one that cannot be kept (WithSyncReplicas, a closed Client).
 func (f *fairLock) left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error) {
 	o := a.o
-	return o.withdraw(ctx, until, script{lua.FairLeave, f.keys(o, f.channel), []string{o.id, o.c.publishCmd, nowMs()}},
+	return o.withdraw(ctx, until, lua.FairLeave{FairKeys: f.keys(o), Channel: f.channel, Owner: o.id, Publish: o.c.publishCmd, NowMs: nowMs()},
 		func(msg rueidis.RedisMessage, late bool) (bool, error) {
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
 				return false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/latchkey/latchkey/internal/names"
+	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 )
 
@@ -47,7 +48,7 @@ type fencedLock struct {
 
 func (f *fencedLock) prepare(*lockAttempt, *wait) {}
 
-func (f *fencedLock) request(o *holder, leaseMs string, a *lockAttempt) (script, int) {
+func (f *fencedLock) request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire {
 	return f.requestAs(o, leaseMs, a, f.token)
 }
 

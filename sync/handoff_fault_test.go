@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
-	"strconv"
 	gosync "sync"
 	"sync/atomic"
 	"testing"
@@ -34,20 +33,22 @@ func TestLateFirstRunOfUnlockChangesNothing(t *testing.T) {
 		mu := c.Lock("late-first-run")
 		const owner = "late-owner"
 		for holds := range 2 { // the owner holds the lock twice
-			err := lua.LockAcquire.Exec(ctx, rdb, []string{mu.Name()}, []string{"30000", owner, strconv.Itoa(holds)}).Error()
+			err := lua.LockAcquire{Lock: mu.Name(), LeaseMs: "30000", Owner: owner, Holds: holds}.Call().Exec(ctx, rdb).Error()
 			if !rueidis.IsRedisNil(err) {
 				t.Fatalf("acquire: %v", err)
 			}
 		}
 		latch := latchKeyFor(mu.Name(), c.newRequestID())
-		keys := []string{mu.Name(), mu.plain().channel, latch, mu.plain().clients, mu.plain().listener}
-		args := []string{"30000", owner, c.publishCmd, unlockLatchMs, "2", "7", c.lockToken, "0", c.fairWaitMs}
+		p := mu.plain()
+		release := lua.LockRelease{Lock: mu.Name(), Channel: p.channel, Numbered: lua.Numbered{Latch: latch, N: 7, LatchMs: unlockLatchMs},
+			Clients: p.clients, Listener: p.listener, LeaseMs: "30000", Owner: owner, Publish: c.publishCmd, Holds: 2,
+			Token: c.lockToken, RegMs: c.fairWaitMs}.Call()
 		// The repeat of the partial unlock runs first: 2 → 1, and Unlock returns.
-		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 0 {
+		if v, err := release.Exec(ctx, rdb).AsInt64(); err != nil || v != 0 {
 			t.Fatalf("repeat run: %v, %v; want 0", v, err)
 		}
 		// The lost first run of the same request then reaches Redis.
-		v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64()
+		v, err := release.Exec(ctx, rdb).AsInt64()
 		if err != nil || v != 0 {
 			t.Fatalf("late first run replied %v, %v; want the stored 0", v, err)
 		}

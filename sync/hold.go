@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/latchkey/latchkey/lua"
@@ -55,7 +54,7 @@ func holdEnd(lease *watchdog.Lease) error {
 // makes for the lease in ms (a renewal script, which sets the TTL to the larger of what is
 // left and the lease, and replies [1] while o holds). It is repeated while its reply is lost,
 // as a renewal may be: it only ever lengthens a hold.
-func (o *holder) extend(ctx context.Context, hold *watchdog.Lease, lease time.Duration, renew func(ms string) script) error {
+func (o *holder) extend(ctx context.Context, hold *watchdog.Lease, lease time.Duration, renew func(ms string) lua.Request) error {
 	if err := o.check(ctx); err != nil {
 		return err
 	}
@@ -74,8 +73,7 @@ func (o *holder) extend(ctx context.Context, hold *watchdog.Lease, lease time.Du
 		return o.lost("extended after the lease was lost")
 	}
 	sent := time.Now()
-	r := renew(strconv.FormatInt(lease.Milliseconds(), 10))
-	msg, err := o.exec(ctx, r.s, r.keys, r.args)
+	msg, err := o.exec(ctx, renew(msOf(lease)).Call())
 	if err != nil {
 		return o.wrap(err) // unconfirmed too: the lease it set is not one a failover keeps
 	}
@@ -113,8 +111,8 @@ func (l *exclusive) Extend(ctx context.Context, lease time.Duration) error {
 	if o == nil {
 		o = &l.o // holds nothing
 	}
-	return o.extend(ctx, hold, lease, func(ms string) script {
-		return script{lua.LockRenew, []string{o.name}, []string{ms, o.id}}
+	return o.extend(ctx, hold, lease, func(ms string) lua.Request {
+		return lua.LockRenew{Locks: []string{o.name}, LeaseMs: ms, Owners: []string{o.id}}
 	})
 }
 
@@ -141,8 +139,8 @@ func (l *RWLock) Extend(ctx context.Context, lease time.Duration) error {
 	if o == nil {
 		o = &l.w
 	}
-	return o.extend(ctx, hold, lease, func(ms string) script {
-		return script{lua.LockRenew, []string{o.name}, []string{ms, o.id}}
+	return o.extend(ctx, hold, lease, func(ms string) lua.Request {
+		return lua.LockRenew{Locks: []string{o.name}, LeaseMs: ms, Owners: []string{o.id}}
 	})
 }
 
@@ -153,7 +151,7 @@ func (l *RWLock) RExtend(ctx context.Context, lease time.Duration) error {
 	if o == nil {
 		o = &l.r
 	}
-	return o.extend(ctx, hold, lease, func(ms string) script {
-		return script{lua.ReadRenew, []string{o.name, readTimeouts(o.name, o.id)}, []string{ms, o.id}}
+	return o.extend(ctx, hold, lease, func(ms string) lua.Request {
+		return lua.ReadRenew{Locks: []string{o.name}, Timeouts: []string{readTimeouts(o.name, o.id)}, LeaseMs: ms, Owners: []string{o.id}}
 	})
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/watchdog"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
@@ -19,7 +19,7 @@ type holder struct {
 	kind *watchdog.Kind
 	// releaser makes the primitive's numbered release of one hold when Redis counts holds of
 	// the owner's: how a hold too few replicas confirmed (WithSyncReplicas) is given back.
-	releaser func(holds int, latch, n string) script
+	releaser func(holds int, num lua.Numbered) lua.Request
 	unsure   bool          // an acquire's outcome is unknown: Redis may count a hold the owner does not
 	count    int           // holds as last known
 	leaseD   time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
@@ -99,9 +99,7 @@ func (o *holder) disown(ctx context.Context, err error, holds int) error {
 // giveBack releases, numbered, the holds-th hold Redis counts of the owner's, which the owner
 // does not count (see disown). Caller holds op.
 func (o *holder) giveBack(ctx context.Context, holds int) error {
-	latch, n := o.nextRequest()
-	r := o.releaser(holds, latch, n)
-	_, err := o.numbered(context.WithoutCancel(ctx), r.s, r.keys, r.args)
+	_, err := o.numbered(context.WithoutCancel(ctx), o.releaser(holds, o.nextRequest()).Call())
 	if replied(err) {
 		return nil
 	}
@@ -121,8 +119,8 @@ type acquireOut struct {
 
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
 // release of unknown outcome, and records the hold it took with lease (0: kept by the
-// watchdog). r is the request, whose argument holdsArg is set, under op, to the holds the
-// owner knows it has; every acquire script replies nil (or
+// watchdog). r is the request, sent with the holds the owner knows it has under op; every
+// acquire script replies nil (or
 // a fenced lock's {-1, token}) when it took or re-entered, acquireLost when the owner knows
 // of holds but Redis has none, or else a wait hint in ms (negative: unknown) — or {hint}
 // when a plain lock's Client is the listener (lock_acquire.lua). out, if not nil, is given
@@ -131,7 +129,7 @@ type acquireOut struct {
 // A hold taken that too few replicas confirmed (WithSyncReplicas), or once the Client was
 // closed, is given back at once (see giveBack) and the attempt fails with an error wrapping
 // ErrNotReplicated or ErrClosed.
-func (o *holder) attempt(ctx context.Context, lease time.Duration, r script, holdsArg int, out *acquireOut) (int64, bool, error) {
+func (o *holder) attempt(ctx context.Context, lease time.Duration, r lua.Acquire, out *acquireOut) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
@@ -148,12 +146,12 @@ func (o *holder) attempt(ctx context.Context, lease time.Duration, r script, hol
 		return 0, false, o.lost("re-entry after the lease was lost")
 	}
 	sent := time.Now()
-	r.args[holdsArg] = strconv.Itoa(o.count)
+	call := r.WithHolds(o.count)
 	o.requests++
 	if out != nil {
 		out.requests = o.requests
 	}
-	msg, pending, err := o.c.try(ctx, true, true, &scriptCall{o.c, r.s, r.keys, r.args})
+	msg, pending, err := o.c.try(ctx, true, true, &scriptCall{o.c, call})
 	var disowned error // a reply, but a hold taken goes back: why (see disown)
 	if errors.Is(err, ErrNotReplicated) {
 		disowned, err = err, nil
@@ -240,9 +238,9 @@ func (o *holder) late(pending <-chan sent, holds int) {
 // release drops one hold with a numbered request (see Lock.Unlock for what each outcome
 // means). req, called under op once a last hold's lease is stopped, makes the request for
 // the latch and request number it is given, and may reserve an heir to hand the lock to
-// (whose two arguments come last); every release script replies nil when the owner held
+// (then it is a lua.LockRelease); every release script replies nil when the owner held
 // nothing, releasedHanded when it handed the lock to the heir, 0 or 1 otherwise.
-func (o *holder) release(ctx context.Context, req func(last bool, latch, n string) (script, *heir)) (err error) {
+func (o *holder) release(ctx context.Context, req func(last bool, num lua.Numbered) (lua.Request, *heir)) (err error) {
 	if err := o.check(ctx); err != nil {
 		return err
 	}
@@ -266,10 +264,9 @@ func (o *holder) release(ctx context.Context, req func(last bool, latch, n strin
 			<-round
 		}
 	}
-	latch, n := o.nextRequest()
-	r, h := req(last, latch, n)
+	r, h := req(last, o.nextRequest())
 	sent := time.Now()
-	msg, err := o.numbered(ctx, r.s, r.keys, r.args)
+	msg, err := o.numbered(ctx, r.Call())
 	var unconfirmed error // ran, but too few replicas confirmed it: it stands all the same
 	if errors.Is(err, ErrNotReplicated) {
 		unconfirmed, err = err, nil
@@ -280,13 +277,12 @@ func (o *holder) release(ctx context.Context, req func(last bool, latch, n strin
 		handed = err == nil && verr == nil && v == releasedHanded
 		h.decide(handed, unknown, sent, o.run+1)
 	}
-	if u := o.unsettled; u != nil {
-		if h != nil {
-			// The heir attempts itself now: should the release first run when repeated at the
-			// next call, it frees the lock and publishes rather than hand it to a waiter that
-			// would not know.
-			u.args = u.args[:len(u.args)-2]
-		}
+	if rel, ok := r.(lua.LockRelease); ok && h != nil && o.unsettled != nil {
+		// The heir attempts itself now: should the release first run when repeated at the
+		// next call, it frees the lock and publishes rather than hand it to a waiter that
+		// would not know.
+		rel.Heir = ""
+		o.unsettled.call = rel.Call()
 	}
 	switch {
 	case unknown:
@@ -374,9 +370,7 @@ func (o *holder) tookTooLate(reason string) error {
 // owner's next request, or in the background for an owner lent to an acquisition (see
 // Client.giveBack). Caller holds op.
 func (o *holder) giveBackLater() {
-	latch, n := o.nextRequest()
-	r := o.releaser(1, latch, n)
-	o.unsettled = &request{script: r.s, keys: r.keys, args: r.args, sent: time.Now()}
+	o.unsettled = &request{call: o.releaser(1, o.nextRequest()).Call(), sent: time.Now()}
 }
 
 // lost records that the owner's hold is gone from Redis: Lost closes, and the error to

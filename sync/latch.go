@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
@@ -55,7 +54,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
 	if n < 1 {
 		return false, invalid("count", "must be >= 1, got %d", n)
 	}
-	msg, err := l.request(ctx, lua.LatchSet, strconv.Itoa(n))
+	msg, err := l.request(ctx, func(r lua.LatchRequest) lua.Call { return r.Set(n) })
 	return replied(err) && !msg.IsNil(), err
 }
 
@@ -68,7 +67,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.p.check(ctx); err != nil {
 		return err
 	}
-	_, err := l.request(context.WithoutCancel(ctx), lua.LatchCountDown)
+	_, err := l.request(context.WithoutCancel(ctx), lua.LatchRequest.CountDown)
 	return err
 }
 
@@ -77,18 +76,16 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 // new count, which Java awaiters take as a reason to keep waiting; latchkey's check the
 // count on it, and find none.)
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
-	msg, err := l.request(ctx, lua.LatchDelete)
+	msg, err := l.request(ctx, lua.LatchRequest.Delete)
 	return replied(err) && !msg.IsNil(), err
 }
 
-// request runs one of the latch's scripts, numbered, with args before the request number.
-// The channel is an argument, not a key: for a name with its own hash tag it hashes to
-// another slot (see latchChannel).
-func (l *CountDownLatch) request(ctx context.Context, s *lua.Script, args ...string) (rueidis.RedisMessage, error) {
+// request runs one of the latch's numbered requests, which call makes.
+func (l *CountDownLatch) request(ctx context.Context, call func(lua.LatchRequest) lua.Call) (rueidis.RedisMessage, error) {
 	o := &l.p.owner
-	return l.p.request(ctx, func(latch, req string) script {
-		return script{s, []string{o.name, latch}, append(args, req, unlockLatchMs, o.c.publishCmd, l.channel)}
-	}, nil)
+	return l.p.request(ctx, func(num lua.Numbered) lua.Request {
+		return call(lua.LatchRequest{CountDownLatch: o.name, Numbered: num, Publish: o.c.publishCmd, Channel: l.channel})
+	})
 }
 
 // Count returns the count now: 0 when the latch does not exist. It waits for Redis while ctx

@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/names"
@@ -74,7 +73,7 @@ func (p *plainLock) prepare(a *lockAttempt, w *wait) {
 	}
 }
 
-func (p *plainLock) request(o *holder, leaseMs string, a *lockAttempt) (script, int) {
+func (p *plainLock) request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire {
 	return p.requestAs(o, leaseMs, a, "")
 }
 
@@ -82,22 +81,17 @@ func (p *plainLock) request(o *holder, leaseMs string, a *lockAttempt) (script, 
 // attempt), of a fenced lock if tokenKey is its token counter. A waiting attempt registers
 // the Client, once its channel is subscribed (a wake sent to a Client not yet subscribed
 // would reach nobody).
-func (p *plainLock) requestAs(o *holder, leaseMs string, a *lockAttempt, tokenKey string) (script, int) {
-	keys := []string{o.name, p.clients, p.listener, tokenKey} // a fenced lock's token key last
-	if tokenKey == "" {
-		keys = keys[:3]
-	}
+func (p *plainLock) requestAs(o *holder, leaseMs string, a *lockAttempt, tokenKey string) lua.Acquire {
+	r := lua.LockAcquire{Lock: o.name, Clients: p.clients, Listener: p.listener, TokenKey: tokenKey, LeaseMs: leaseMs,
+		Owner: o.id, Publish: o.c.publishCmd}
 	if a != nil {
 		a.registered = o.c.mux.Subscribed(p.clientCh)
 	}
 	if a != nil && a.registered {
 		a.others = o.c.mux.Waiters(p.clientCh) > 1
-		return script{lua.LockAcquire, keys, []string{leaseMs, o.id, "", o.c.lockToken, o.c.fairWaitMs, flag(a.others), o.c.publishCmd}}, 2
+		r.Wait = &lua.Registration{Token: o.c.lockToken, Ms: o.c.fairWaitMs, Others: a.others}
 	}
-	if tokenKey == "" {
-		keys = keys[:1]
-	}
-	return script{lua.LockAcquire, keys, []string{leaseMs, o.id, ""}}, 2
+	return r
 }
 
 // replied follows what a waiting attempt's reply says of the Client's listening, and tells
@@ -112,42 +106,43 @@ func (p *plainLock) replied(o *holder, a *lockAttempt, ttl int64, ok bool, err e
 	return o.c.keepAlive(ttl), ok, err
 }
 
-func (p *plainLock) release(o *holder, holds int, latch, n string) script {
-	r, _ := p.releaseTo(o, holds, latch, n, nil)
+func (p *plainLock) release(o *holder, holds int, num lua.Numbered) lua.Request {
+	r, _ := p.releaseTo(o, holds, num, nil)
 	return r
 }
 
 // releaseTo makes o's numbered release of one of holds it has in Redis, handing the lock to
 // h if not nil, and reports whether, at the last hold, it registers the Client again for
 // waiters it has left.
-func (p *plainLock) releaseTo(o *holder, holds int, latch, n string, h *heir) (script, bool) {
+func (p *plainLock) releaseTo(o *holder, holds int, num lua.Numbered, h *heir) (lua.Request, bool) {
 	heirs := 0 // whether the Client has waiters left: besides the heir, if it hands the lock on
 	if h != nil {
 		heirs = 1
 	}
 	left := o.c.mux.Waiters(p.clientCh) > heirs
-	args := []string{strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
-		strconv.Itoa(holds), n, o.c.lockToken, flag(left), o.c.fairWaitMs}
+	r := lua.LockRelease{Lock: o.name, Channel: p.channel, Numbered: num, Clients: p.clients, Listener: p.listener,
+		LeaseMs: msOf(o.ttl()), Owner: o.id, Publish: o.c.publishCmd, Holds: holds, Token: o.c.lockToken, Left: left,
+		RegMs: o.c.fairWaitMs}
 	if h != nil {
-		args = append(args, h.o.id, h.leaseMs)
+		r.Heir, r.HeirLeaseMs = h.o.id, h.leaseMs
 	}
 	if !left {
 		o.c.mux.Unforward(p.channel) // the release ends the Client's listening
 	}
-	return script{lua.LockRelease, []string{o.name, p.channel, latch, p.clients, p.listener}, args}, h == nil && left
+	return r, h == nil && left
 }
 
 // unlock releases one hold of o's, handing a last one to the Client's longest-waiting waiter,
 // if any, unless WithLocalHandoff's run is over.
 func (p *plainLock) unlock(ctx context.Context, o *holder) error {
 	registered := false // the release registers the Client again, for its waiters left
-	err := o.release(ctx, func(last bool, latch, n string) (script, *heir) {
+	err := o.release(ctx, func(last bool, num lua.Numbered) (lua.Request, *heir) {
 		var h *heir
 		if last && o.run < o.c.maxHandoff && !o.c.closing() {
 			h = o.c.heirs.reserve(o.name)
 		}
-		var r script
-		r, registered = p.releaseTo(o, o.count, latch, n, h)
+		var r lua.Request
+		r, registered = p.releaseTo(o, o.count, num, h)
 		registered = registered && last
 		return r, h
 	})
@@ -158,8 +153,8 @@ func (p *plainLock) unlock(ctx context.Context, o *holder) error {
 	return err
 }
 
-func (p *plainLock) forceRelease(o *holder) script {
-	return script{lua.LockForceRelease, []string{o.name, p.channel, p.clients}, []string{o.c.publishCmd}}
+func (p *plainLock) forceRelease(o *holder) lua.Request {
+	return lua.LockForceRelease{Lock: o.name, Channel: p.channel, Clients: p.clients, Publish: o.c.publishCmd}
 }
 
 // left is waitLeft, after a wait that ended without the lock (also when Close ended it: the
@@ -182,6 +177,6 @@ func (p *plainLock) waitLeft(ctx context.Context, o *holder, until time.Time) {
 		o.c.mux.Wake(p.clientCh)
 		return
 	}
-	_, _ = o.withdraw(ctx, until, script{lua.LockLeave, []string{o.name, p.clients, p.channel, p.listener},
-		[]string{o.c.lockToken, o.c.publishCmd, o.c.fairWaitMs}}, nil, func() { p.afterLeave(o.c) })
+	_, _ = o.withdraw(ctx, until, lua.LockLeave{Lock: o.name, Clients: p.clients, Channel: p.channel, Listener: p.listener,
+		Token: o.c.lockToken, Publish: o.c.publishCmd, RegMs: o.c.fairWaitMs}, nil, func() { p.afterLeave(o.c) })
 }

@@ -372,10 +372,11 @@ func TestReleaseKeepsRegistrationOfWaiterThatCameMeanwhile(t *testing.T) {
 			return slices.Equal(registered(t, rdb, name), []string{c.lockToken}) && listening(t, b, c, name)
 		})
 		// The holder's release as sent before the waiter came: no waiters left.
-		keys := []string{name, lockChannel(name), names.Prefix(unlockLatchPrefix, name) + ":meanwhile", names.Suffix(name, "lock_clients"),
-			listenerKey(name)}
-		args := []string{"30000", holder.Owner(), "PUBLISH", unlockLatchMs, "1", "1", c.lockToken, "0", c.fairWaitMs}
-		if v, err := lua.LockRelease.Exec(ctx, rdb, keys, args).AsInt64(); err != nil || v != 1 {
+		release := lua.LockRelease{Lock: name, Channel: lockChannel(name),
+			Numbered: lua.Numbered{Latch: names.Prefix(unlockLatchPrefix, name) + ":meanwhile", N: 1, LatchMs: unlockLatchMs},
+			Clients:  names.Suffix(name, "lock_clients"), Listener: listenerKey(name), LeaseMs: "30000", Owner: holder.Owner(),
+			Publish: "PUBLISH", Holds: 1, Token: c.lockToken, RegMs: c.fairWaitMs}
+		if v, err := release.Call().Exec(ctx, rdb).AsInt64(); err != nil || v != 1 {
 			t.Fatalf("release: %v, %v; want 1 (freed)", v, err)
 		}
 		wantResult(t, "the waiter that came meanwhile", got, waitFor)

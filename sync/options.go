@@ -5,7 +5,6 @@ package sync
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -121,7 +120,7 @@ func (c *Client) leaseMs(lease time.Duration) string {
 	if lease == 0 {
 		return c.wdMs
 	}
-	return strconv.FormatInt(lease.Milliseconds(), 10)
+	return msOf(lease)
 }
 
 // leaseOr is the TTL a hold taken with lease gets: lease, or the watchdog timeout for 0 (a

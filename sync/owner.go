@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -145,29 +144,28 @@ func (o *owner) check(ctx context.Context) error {
 
 // A request is a numbered request kept for repeating.
 type request struct {
-	script     *lua.Script
-	keys, args []string
-	sent       time.Time // when it was first sent: its mark lasts unlockLatch from about then
+	call lua.Call
+	sent time.Time // when it was first sent: its mark lasts unlockLatch from about then
 }
 
 // nextRequest numbers the owner's next request on its latch, made at the first one. Caller
 // holds op and has settled.
-func (o *owner) nextRequest() (latch, n string) {
+func (o *owner) nextRequest() lua.Numbered {
 	if o.latch == "" {
 		o.latch = names.Prefix(unlockLatchPrefix, o.name) + ":" + o.c.newRequestID()
 		o.c.janitor.track(o)
 	}
 	o.reqs++
-	return o.latch, strconv.FormatUint(o.reqs, 10)
+	return lua.Numbered{Latch: o.latch, N: o.reqs, LatchMs: unlockLatchMs}
 }
 
 // numbered runs a request numbered by nextRequest. When its outcome stays unknown it is kept
 // in o.unsettled, to be repeated before the owner's next request (settle). Caller holds op.
-func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
+func (o *owner) numbered(ctx context.Context, call lua.Call) (rueidis.RedisMessage, error) {
 	sent := time.Now()
-	msg, err := o.exec(ctx, script, keys, args)
+	msg, err := o.exec(ctx, call)
 	if errors.Is(err, ErrOutcomeUnknown) {
-		o.unsettled = &request{script: script, keys: keys, args: args, sent: sent}
+		o.unsettled = &request{call: call, sent: sent}
 		o.c.obs.outcome(o, false, nil)
 	}
 	return msg, o.wrap(err)
@@ -177,12 +175,12 @@ func (o *owner) numbered(ctx context.Context, script *lua.Script, keys, args []s
 // a primitive without holds (a semaphore, a countdown latch) makes each state change safe
 // to repeat. The owner has no request of unknown outcome (pool.request lends none). When
 // this one's outcome stays unknown it is kept in o.unsettled, to be repeated (see
-// settleLater) with the arguments cancel makes of its own, if cancel is not nil. When too
-// few replicas confirmed it (WithSyncReplicas), it is withdrawn so at once, and the error
-// wraps ErrNotReplicated; a withdrawal that gets no reply, or is refused, stays unsettled
-// and is repeated too. A release (ctx without cancellation) is repeated within the retry
+// settleLater), as its own cancel when it is a lua.Cancellable. A Cancellable that too few
+// replicas confirmed (WithSyncReplicas) is withdrawn so at once, and the error wraps
+// ErrNotReplicated; a withdrawal that gets no reply, or is refused, stays unsettled and is
+// repeated too. A release (ctx without cancellation) is repeated within the retry
 // budget whatever the caller's ctx says.
-func (o *owner) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
+func (o *owner) request(ctx context.Context, req func(lua.Numbered) lua.Request) (rueidis.RedisMessage, error) {
 	if err := o.check(ctx); err != nil {
 		return rueidis.RedisMessage{}, err
 	}
@@ -190,19 +188,19 @@ func (o *owner) request(ctx context.Context, req func(latch, n string) script, c
 		return rueidis.RedisMessage{}, err
 	}
 	defer o.unlock()
-	latch, n := o.nextRequest()
-	r := req(latch, n)
+	r := req(o.nextRequest())
 	sent := time.Now()
-	msg, err := o.numbered(ctx, r.s, r.keys, r.args)
-	if cancel == nil {
+	msg, err := o.numbered(ctx, r.Call())
+	cancel, ok := r.(lua.Cancellable)
+	if !ok {
 		return msg, err
 	}
 	if u := o.unsettled; u != nil {
-		u.args = cancel(slices.Clone(u.args))
+		u.call = cancel.Cancel()
 	} else if errors.Is(err, ErrNotReplicated) {
 		// Too few replicas confirmed it: withdrawn at once, as a request of unknown outcome
 		// is (what it took, if anything, is given back), whatever ctx says.
-		o.unsettled = &request{script: r.s, keys: r.keys, args: cancel(slices.Clone(r.args)), sent: sent}
+		o.unsettled = &request{call: cancel.Cancel(), sent: sent}
 		if _, serr := o.settle(context.WithoutCancel(ctx)); serr != nil {
 			err = o.wrap(errors.Join(err, fmt.Errorf("giving it back: %w", serr)))
 		}
@@ -227,7 +225,7 @@ func (p *pool) init(c *Client, name, what string) {
 
 // request is owner.request on an idle owner. A request whose outcome stays unknown is
 // settled in the background (settleLater), and its owner comes back only then.
-func (p *pool) request(ctx context.Context, req func(latch, n string) script, cancel func(args []string) []string) (rueidis.RedisMessage, error) {
+func (p *pool) request(ctx context.Context, req func(lua.Numbered) lua.Request) (rueidis.RedisMessage, error) {
 	p.mu.Lock()
 	var o *owner
 	if n := len(p.idle); n > 0 {
@@ -236,7 +234,7 @@ func (p *pool) request(ctx context.Context, req func(latch, n string) script, ca
 		o = &owner{c: p.c, name: p.name, what: p.what, id: p.id, err: p.err, op: make(chan struct{}, 1)}
 	}
 	p.mu.Unlock()
-	msg, err := o.request(ctx, req, cancel)
+	msg, err := o.request(ctx, req)
 	if o.unsettled != nil {
 		go p.c.settleLater(o, func() { p.put(o) })
 	} else {
@@ -275,7 +273,7 @@ func (o *owner) settle(ctx context.Context) (nothing bool, err error) {
 	if r == nil {
 		return false, nil
 	}
-	msg, err := o.exec(ctx, r.script, r.keys, r.args)
+	msg, err := o.exec(ctx, r.call)
 	if err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
 		return false, fmt.Errorf("%w (a request of the handle whose outcome is unknown is still unsettled)", o.wrap(err))
 	}
@@ -305,12 +303,6 @@ func (o *owner) wrapKey(key string, err error) error {
 	return &objectError{what: o.what, name: o.name, err: err}
 }
 
-// A script is one request: a script with its keys and arguments.
-type script struct {
-	s          *lua.Script
-	keys, args []string
-}
-
 // Replies of the acquire and release scripts.
 const (
 	acquireLost    int64 = -3 // a re-entry found the owner's field gone
@@ -318,7 +310,7 @@ const (
 )
 
 // exec runs one request of the owner's, counting it. Caller holds op.
-func (o *owner) exec(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
+func (o *owner) exec(ctx context.Context, call lua.Call) (rueidis.RedisMessage, error) {
 	o.requests++
-	return o.c.exec(ctx, s, keys, args)
+	return o.c.exec(ctx, call)
 }

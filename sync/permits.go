@@ -85,10 +85,9 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
 
 func (s *PermitSemaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
 	o := &s.p.owner
-	return s.p.request(ctx, func(latch, req string) script {
-		return script{lua.PermitSet, []string{o.name, s.timeouts, latch, s.channel},
-			[]string{mode, strconv.Itoa(n), nowMs(), req, unlockLatchMs, o.c.publishCmd}}
-	}, nil)
+	return s.p.request(ctx, func(num lua.Numbered) lua.Request {
+		return lua.PermitSet{PermitKeys: s.keys(), Numbered: num, Mode: mode, Permits: n, NowMs: nowMs(), Publish: o.c.publishCmd}
+	})
 }
 
 // Acquire takes n permits, waiting as long as ctx allows, with the lease of Lease or, by
@@ -161,15 +160,12 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 // until then (negative: no lease ends).
 func (s *PermitSemaphore) attempt(ctx context.Context, ids []string, ttl time.Duration) (int64, bool, error) {
 	o := &s.p.owner
-	msg, err := s.p.request(ctx, func(latch, req string) script {
-		now := time.Now().UnixMilli()
-		args := make([]string, 0, 6+len(ids))
-		args = append(args, strconv.FormatInt(now+ttl.Milliseconds(), 10), strconv.FormatInt(now, 10), req,
-			unlockLatchMs, "0", o.c.publishCmd)
-		return script{lua.PermitAcquire, []string{o.name, s.timeouts, latch, s.channel}, append(args, ids...)}
-	}, func(args []string) []string {
-		args[4] = "1" // repeated as a cancel: the caller was told the permits are not its
-		return args
+	msg, err := s.p.request(ctx, func(num lua.Numbered) lua.Request {
+		now := time.Now()
+		// Repeated as its cancel when its outcome is unknown: the caller is told the permits
+		// are not its.
+		return lua.PermitAcquire{PermitKeys: s.keys(), Numbered: num, ExpiryMs: strconv.FormatInt(now.Add(ttl).UnixMilli(), 10),
+			NowMs: strconv.FormatInt(now.UnixMilli(), 10), Publish: o.c.publishCmd, IDs: ids}
 	})
 	if err != nil || msg.IsNil() { // an error wrapping ErrNotReplicated: withdrawn, whatever it took given back
 		return -1, false, err
@@ -225,10 +221,9 @@ func (s *PermitSemaphore) release(ctx context.Context, ids []string) (int, error
 	if err := o.check(ctx); err != nil {
 		return 0, err
 	}
-	msg, err := s.p.request(context.WithoutCancel(ctx), func(latch, req string) script {
-		args := append(make([]string, 0, 4+len(ids)), nowMs(), req, unlockLatchMs, o.c.publishCmd)
-		return script{lua.PermitRelease, []string{o.name, s.timeouts, latch, s.channel}, append(args, ids...)}
-	}, nil)
+	msg, err := s.p.request(context.WithoutCancel(ctx), func(num lua.Numbered) lua.Request {
+		return lua.PermitRelease{PermitKeys: s.keys(), Numbered: num, NowMs: nowMs(), Publish: o.c.publishCmd, IDs: ids}
+	})
 	if !replied(err) {
 		return 0, err
 	}

@@ -52,7 +52,7 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 	if err := checkPermitID(id); err != nil {
 		return 0, err
 	}
-	msg := s.state(ctx, "lease", id)
+	msg := s.state(ctx, "lease", id, "")
 	if msg.IsNil() {
 		return 0, s.p.wrap(fmt.Errorf("%w: permit %s is not acquired", ErrNotHeld, id))
 	}
@@ -69,37 +69,38 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 // AvailablePermits returns the number of permits available now, after giving back expired
 // ones.
 func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "available").AsInt64()
+	n, err := s.state(ctx, "available", "", "").AsInt64()
 	return int(n), s.p.wrap(err)
 }
 
 // AcquiredPermits returns the number of permits acquired now, after giving back expired
 // ones.
 func (s *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "acquired").AsInt64()
+	n, err := s.state(ctx, "acquired", "", "").AsInt64()
 	return int(n), s.p.wrap(err)
 }
 
 // Permits returns the number of permits in all, available and acquired (0 when the
 // semaphore does not exist), after giving back expired ones.
 func (s *PermitSemaphore) Permits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "permits").AsInt64()
+	n, err := s.state(ctx, "permits", "", "").AsInt64()
 	return int(n), s.p.wrap(err)
 }
 
-// state runs lua.PermitState in mode, repeated within the retry budget while its reply is
+// state runs lua.PermitState in mode, for the permit id and its new expiry where the mode
+// takes them, repeated within the retry budget while its reply is
 // lost (it is safe to repeat): a read (every mode but "update") as Client.read does, waiting
 // for Redis while ctx lasts, and without a deadline for the retry budget at most. Its error
 // is in the message.
-func (s *PermitSemaphore) state(ctx context.Context, mode string, args ...string) stateReply {
+func (s *PermitSemaphore) state(ctx context.Context, mode, id, expiry string) stateReply {
 	o := &s.p.owner
 	if err := o.check(ctx); err != nil {
 		return stateReply{err: err}
 	}
 	// A read unless it updates: what a read gave back of expired permits needs no
 	// confirming.
-	msg, _, err := o.c.try(ctx, mode == "update", true, &scriptCall{o.c, lua.PermitState, []string{o.name, s.timeouts, s.channel},
-		append([]string{mode, nowMs(), o.c.publishCmd}, args...)})
+	msg, _, err := o.c.try(ctx, mode == "update", true, &scriptCall{o.c, lua.PermitState{Semaphore: o.name, Acquired: s.timeouts,
+		Channel: s.channel, Mode: mode, NowMs: nowMs(), Publish: o.c.publishCmd, ID: id, ExpiryMs: expiry}.Call()})
 	return stateReply{msg, err}
 }
 
@@ -126,4 +127,9 @@ func permitKeys(b watchdog.Batch) []string {
 		keys[i] = names.Suffix(k, "timeout")
 	}
 	return keys
+}
+
+// keys are the semaphore's keys its scripts that change permits share.
+func (s *PermitSemaphore) keys() lua.PermitKeys {
+	return lua.PermitKeys{Semaphore: s.p.name, Acquired: s.timeouts, Channel: s.channel}
 }

@@ -77,8 +77,8 @@ func (l *RWLock) pair(c *Client, name string, p *rwPair) {
 	p.r.init(c, name, "read-write lock", c.readKind)
 	p.w.init(c, name, "read-write lock", c.lockKind)
 	p.w.id = p.r.id + ":write"
-	p.r.releaser = func(holds int, latch, n string) script { return l.readRelease(p, holds, latch, n) }
-	p.w.releaser = func(holds int, latch, n string) script { return l.writeRelease(p, holds, latch, n) }
+	p.r.releaser = func(holds int, num lua.Numbered) lua.Request { return l.readRelease(p, holds, num) }
+	p.w.releaser = func(holds int, num lua.Numbered) lua.Request { return l.writeRelease(p, holds, num) }
 	p.timeouts = readTimeouts(name, p.r.id)
 }
 
@@ -240,17 +240,17 @@ func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.
 		if l.reentrant {
 			writer = p.w.id // its own write hold lets it read (a downgrade)
 		}
-		return o.attempt(ctx, lease, script{lua.ReadAcquire, []string{o.name, p.timeouts, l.writers},
-			[]string{leaseMs, o.id, writer, "", nowMs()}}, 3, nil)
+		return o.attempt(ctx, lease, lua.ReadAcquire{Lock: o.name, Timeouts: p.timeouts, Writers: l.writers, LeaseMs: leaseMs,
+			Owner: o.id, Writer: writer, NowMs: nowMs()}, nil)
 	}
 	o := &p.w
-	ttl, ok, err := o.attempt(ctx, lease, script{lua.WriteAcquire, []string{o.name, l.writers},
-		[]string{leaseMs, o.id, "", nowMs(), c.fairWaitMs, flag(waiting)}}, 2, nil)
+	ttl, ok, err := o.attempt(ctx, lease, lua.WriteAcquire{Lock: o.name, Writers: l.writers, LeaseMs: leaseMs, Owner: o.id,
+		NowMs: nowMs(), ClaimMs: c.fairWaitMs, Waiting: waiting}, nil)
 	return c.keepAlive(ttl), ok, err
 }
 
 // leave drops the writer o's claim after a wait that did not end in the lock, and wakes the
 // readers it held back; in the background, awaited until until at most (see owner.withdraw).
 func (l *RWLock) leave(ctx context.Context, o *holder, until time.Time) {
-	_, _ = o.withdraw(ctx, until, script{lua.WriteLeave, []string{l.writers, l.channel}, []string{o.id, o.c.publishCmd}}, nil, nil)
+	_, _ = o.withdraw(ctx, until, lua.WriteLeave{Writers: l.writers, Channel: l.channel, Owner: o.id, Publish: o.c.publishCmd}, nil, nil)
 }

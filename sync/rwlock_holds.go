@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/watchdog"
@@ -49,26 +48,24 @@ func (l *RWLock) unlock(ctx context.Context, write bool) error {
 func (l *RWLock) unlockAs(ctx context.Context, p *rwPair, write bool) error {
 	if write {
 		o := &p.w
-		return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.writeRelease(p, o.count, latch, n), nil })
+		return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *heir) { return l.writeRelease(p, o.count, num), nil })
 	}
 	o := &p.r
-	return o.release(ctx, func(_ bool, latch, n string) (script, *heir) { return l.readRelease(p, o.count, latch, n), nil })
+	return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *heir) { return l.readRelease(p, o.count, num), nil })
 }
 
 // readRelease makes p's numbered release of one of holds read holds it has in Redis.
-func (l *RWLock) readRelease(p *rwPair, holds int, latch, n string) script {
+func (l *RWLock) readRelease(p *rwPair, holds int, num lua.Numbered) lua.Request {
 	o := &p.r
-	return script{lua.ReadRelease, []string{o.name, l.channel, p.timeouts, l.prefix, latch, l.writers},
-		[]string{"0", o.id, o.c.publishCmd, unlockLatchMs, strconv.Itoa(holds), n, nowMs(),
-			strconv.FormatInt(o.ttl().Milliseconds(), 10)}}
+	return lua.ReadRelease{Lock: o.name, Channel: l.channel, Timeouts: p.timeouts, Prefix: l.prefix, Numbered: num,
+		Writers: l.writers, Owner: o.id, Publish: o.c.publishCmd, Holds: holds, NowMs: nowMs(), LeaseMs: msOf(o.ttl())}
 }
 
 // writeRelease makes p's numbered release of one of holds write holds it has in Redis.
-func (l *RWLock) writeRelease(p *rwPair, holds int, latch, n string) script {
+func (l *RWLock) writeRelease(p *rwPair, holds int, num lua.Numbered) lua.Request {
 	o := &p.w
-	return script{lua.WriteRelease, []string{o.name, l.channel, latch, l.writers},
-		[]string{"1", strconv.FormatInt(o.ttl().Milliseconds(), 10), o.id, o.c.publishCmd, unlockLatchMs,
-			strconv.Itoa(holds), n}}
+	return lua.WriteRelease{Lock: o.name, Channel: l.channel, Numbered: num, Writers: l.writers, LeaseMs: msOf(o.ttl()),
+		Owner: o.id, Publish: o.c.publishCmd, Holds: holds}
 }
 
 // IsLocked reports whether anyone holds the lock, to read or to write.
@@ -156,12 +153,11 @@ func (r rwReader) Name() string { return r.l.Name() }
 // by Redis, is ahead by the monotonic clock (see Lock.Valid).
 func (l *RWLock) Valid() bool { return l.valid(true) }
 
-// readKeys are a batch of read holds' keys for lua.ReadRenew: each lock with its owner's
-// timeout key prefix.
-func readKeys(b watchdog.Batch) []string {
-	keys := make([]string, 0, 2*len(b.Keys))
+// readTimeoutKeys are the timeout key prefixes of a batch of read holds' owners.
+func readTimeoutKeys(b watchdog.Batch) []string {
+	keys := make([]string, len(b.Keys))
 	for i, k := range b.Keys {
-		keys = append(keys, k, readTimeouts(k, b.Owners[i]))
+		keys[i] = readTimeouts(k, b.Owners[i])
 	}
 	return keys
 }

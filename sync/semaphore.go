@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/names"
@@ -107,10 +106,9 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 
 func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisMessage, error) {
 	o := &s.p.owner
-	return s.p.request(ctx, func(latch, req string) script {
-		return script{lua.SemSet, []string{o.name, latch, s.q.channel, s.q.clients, s.wants},
-			[]string{mode, strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
-	}, nil)
+	return s.p.request(ctx, func(num lua.Numbered) lua.Request {
+		return lua.SemSet{SemKeys: s.keys(), Numbered: num, Mode: mode, Permits: n, Publish: o.c.publishCmd}
+	})
 }
 
 // AddPermits adds n permits, or takes -n away when n is negative (the count may go below
@@ -151,10 +149,9 @@ func (s *Semaphore) add(ctx context.Context, n int) error {
 	if err := o.check(ctx); err != nil {
 		return err
 	}
-	_, err := s.p.request(context.WithoutCancel(ctx), func(latch, req string) script {
-		return script{lua.SemRelease, []string{o.name, latch, s.q.channel, s.q.clients, s.wants},
-			[]string{strconv.Itoa(n), req, unlockLatchMs, o.c.publishCmd}}
-	}, nil)
+	_, err := s.p.request(context.WithoutCancel(ctx), func(num lua.Numbered) lua.Request {
+		return lua.SemRelease{SemKeys: s.keys(), Numbered: num, Permits: n, Publish: o.c.publishCmd}
+	})
 	return err
 }
 
@@ -253,19 +250,15 @@ func (s *Semaphore) attempt(ctx context.Context, n int, waiting bool) (ok, more 
 		}
 		s.q.heard(o.c, listens, ok, others)
 	}()
-	msg, err := s.p.request(ctx, func(latch, req string) script {
-		keys := []string{o.name, latch, s.q.channel, s.q.clients, s.wants, s.q.listener}
-		args := []string{strconv.Itoa(n), req, unlockLatchMs, "0", o.c.publishCmd}
+	msg, err := s.p.request(ctx, func(num lua.Numbered) lua.Request {
+		r := lua.SemAcquire{SemKeys: s.keys(), Numbered: num, Listener: s.q.listener, Permits: n, Publish: o.c.publishCmd}
 		// Registered only once its channel is subscribed: a wake sent to a Client not
 		// subscribed yet would reach nobody.
 		if registers = waiting && o.c.mux.Subscribed(s.q.clientCh); registers {
 			others = o.c.mux.Waiters(s.q.clientCh) > 1
-			args = append(args, o.c.lockToken, o.c.fairWaitMs, flag(others))
+			r.Wait = &lua.Registration{Token: o.c.lockToken, Ms: o.c.fairWaitMs, Others: others}
 		}
-		return script{lua.SemAcquire, keys, args}
-	}, func(args []string) []string {
-		args[3] = "1" // repeated as a cancel: the caller was told the permits are not its
-		return args
+		return r // repeated as its cancel when its outcome is unknown: the caller is told the permits are not its
 	})
 	if errors.Is(err, ErrNotReplicated) {
 		return false, true, 0, err // withdrawn: whatever it took is given back

@@ -2,7 +2,6 @@ package sync
 
 import (
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -124,7 +123,7 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 			return available(t, ctx, s) == 5
 		})
 		must(t, s.p.lock(ctx))
-		latch, req := s.p.latch, strconv.FormatUint(s.p.reqs, 10)
+		latch, req := s.p.latch, s.p.reqs
 		s.p.unlock()
 		if ok, err := s.TryAcquire(ctx, 1); !ok || err != nil {
 			t.Fatalf("next TryAcquire: %v, %v", ok, err)
@@ -133,9 +132,9 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 			t.Fatalf("%d permits after the next acquire, want 4", n)
 		}
 		// The cancel marked the request stale: a late run of it changes nothing.
-		keys := []string{name, latch, s.q.channel, s.q.clients, s.wants, s.q.listener}
-		late := []string{"3", req, unlockLatchMs, "0", c.publishCmd} // the acquire, as its first run sent it
-		if v, err := lua.SemAcquire.Exec(ctx, admin, keys, late).ToMessage(); !v.IsNil() || (err != nil && !rueidis.IsRedisNil(err)) {
+		late := lua.SemAcquire{SemKeys: s.keys(), Numbered: lua.Numbered{Latch: latch, N: req, LatchMs: unlockLatchMs},
+			Listener: s.q.listener, Permits: 3, Publish: c.publishCmd} // the acquire, as its first run sent it
+		if v, err := late.Call().Exec(ctx, admin).ToMessage(); !v.IsNil() || (err != nil && !rueidis.IsRedisNil(err)) {
 			t.Fatalf("a late run of the cancelled acquire replied %v, %v; want nil", v, err)
 		}
 		if n := available(t, ctx, s); n != 4 {
@@ -147,10 +146,6 @@ func TestSemaphoreUnknownAcquireIsCancelled(t *testing.T) {
 		}
 	})
 }
-
-// scriptSHA is the SHA1 script s is sent under: a marker for the fault proxy that matches
-// one script and nothing else.
-func scriptSHA(s *lua.Script) string { return s.SHA() }
 
 // An acquire of unknown outcome is cancelled whatever the handle does next: G1's acquire runs
 // and loses its reply, Redis becomes unreachable, G2's TryAcquire starts meanwhile on a
@@ -168,7 +163,7 @@ func TestSemaphoreUnknownAcquireOfBusyHandleIsCancelled(t *testing.T) {
 		s := c.Semaphore(name)
 		must(t, s.SetPermits(ctx, 5))
 
-		g1 := lostThenUnreachable(t, proxy, scriptSHA(lua.SemAcquire), func() error {
+		g1 := lostThenUnreachable(t, proxy, shaOf(lua.SemAcquire{}), func() error {
 			_, err := s.TryAcquire(ctx, 3) // takes 3
 			return err
 		})
@@ -218,7 +213,7 @@ func TestSettleUnknownReleaseInBackground(t *testing.T) {
 			t.Fatalf("TryAcquire: %v, %v", ok, err)
 		}
 
-		rel := lostThenUnreachable(t, proxy, scriptSHA(lua.SemRelease), func() error {
+		rel := lostThenUnreachable(t, proxy, shaOf(lua.SemRelease{}), func() error {
 			return s.Release(ctx, 1) // 5 available again
 		})
 		if err := <-rel; !errors.Is(err, ErrOutcomeUnknown) {

@@ -43,8 +43,8 @@ func (s *Semaphore) leave(ctx context.Context, until time.Time) {
 	c := s.p.c
 	if !until.IsZero() {
 		lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
-		_, _ = c.exec(lctx, lua.SemLeave, []string{s.p.name, s.q.clients, s.wants, s.q.listener},
-			[]string{c.lockToken, c.publishCmd, c.fairWaitMs})
+		_, _ = c.exec(lctx, lua.SemLeave{Semaphore: s.p.name, Clients: s.q.clients, Wants: s.wants, Listener: s.q.listener,
+			Token: c.lockToken, Publish: c.publishCmd, RegMs: c.fairWaitMs}.Call())
 		cancel()
 	}
 	s.q.afterLeave(c)
@@ -78,4 +78,9 @@ func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.
 		c.mux.Wake(channel)
 	}
 	return ok, err
+}
+
+// keys are the semaphore's keys its scripts that change permits share.
+func (s *Semaphore) keys() lua.SemKeys {
+	return lua.SemKeys{Semaphore: s.p.name, Channel: s.q.channel, Clients: s.q.clients, Wants: s.wants}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	gosync "sync"
+
+	"github.com/latchkey/latchkey/lua"
 )
 
 // A registry is a set of what a Client's handles hold, for Shutdown to give back.
@@ -106,7 +108,7 @@ func (o *holder) releaseAll(ctx context.Context) error {
 		if err != nil || n == 0 {
 			return err
 		}
-		err = o.release(ctx, func(_ bool, latch, req string) (script, *heir) { return o.releaser(o.count, latch, req), nil })
+		err = o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *heir) { return o.releaser(o.count, num), nil })
 		if err != nil && !errors.Is(err, ErrNotHeld) {
 			return err
 		}

@@ -20,8 +20,8 @@ import (
 // exec runs a script that is safe to repeat (see try). With WithSyncReplicas, each run is
 // followed by WAIT, and a run that got a reply but fewer confirmations than asked returns its
 // reply with an error wrapping ErrNotReplicated.
-func (c *Client) exec(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
-	msg, _, err := c.try(ctx, true, true, &scriptCall{c, s, keys, args})
+func (c *Client) exec(ctx context.Context, call lua.Call) (rueidis.RedisMessage, error) {
+	msg, _, err := c.try(ctx, true, true, &scriptCall{c, call})
 	return msg, err
 }
 
@@ -33,12 +33,12 @@ func (c *Client) read(ctx context.Context, do func(context.Context) rueidis.Redi
 	return msg, err
 }
 
-// once runs s a single time, for a request that is not safe to repeat (see try).
-func (c *Client) once(ctx context.Context, s *lua.Script, keys, args []string) (rueidis.RedisMessage, error) {
+// once runs call a single time, for a request that is not safe to repeat (see try).
+func (c *Client) once(ctx context.Context, call lua.Call) (rueidis.RedisMessage, error) {
 	if err := ctx.Err(); err != nil {
 		return rueidis.RedisMessage{}, err
 	}
-	msg, _, err := c.try(ctx, true, false, &scriptCall{c, s, keys, args})
+	msg, _, err := c.try(ctx, true, false, &scriptCall{c, call})
 	return msg, err
 }
 
@@ -52,15 +52,14 @@ type call interface {
 // A scriptCall runs a script, followed by WAIT with WithSyncReplicas: pipelined on the same
 // connection, as WAIT counts the replicas that have the connection's writes.
 type scriptCall struct {
-	c          *Client
-	s          *lua.Script
-	keys, args []string
+	c    *Client
+	call lua.Call
 }
 
 func (r *scriptCall) send(ctx context.Context) (rueidis.RedisResult, int64) {
-	c, s, keys, args := r.c, r.s, r.keys, r.args
+	c, call := r.c, r.call
 	if c.replicas == 0 {
-		return s.Exec(ctx, c.rdb, keys, args), 0
+		return call.Exec(ctx, c.rdb), 0
 	}
 	// On a connection of its own (Dedicated), so that the WAIT is the script's node's even
 	// in a cluster, where a redirected command of a pipeline is resent alone: a redirect
@@ -68,19 +67,19 @@ func (r *scriptCall) send(ctx context.Context) (rueidis.RedisResult, int64) {
 	var rs []rueidis.RedisResult
 	derr := c.rdb.Dedicated(func(dc rueidis.DedicatedClient) error {
 		run := func(whole bool) []rueidis.RedisResult {
-			return dc.DoMulti(ctx, s.Cmd(dc.B(), keys, args, whole),
+			return dc.DoMulti(ctx, call.Cmd(dc.B(), whole),
 				dc.B().Wait().Numreplicas(c.replicas).Timeout(c.replicaMs).Build())
 		}
 		// A script's first run is sent whole: sent by SHA where Redis lacks it, its WAIT
 		// would still wait — the whole timeout while a replica is missing — for a run that
 		// never was.
-		_, loaded := c.loaded.Load(s)
+		_, loaded := c.loaded.Load(call.Script)
 		rs = run(!loaded)
 		rerr, isRedis := rueidis.IsRedisErr(rs[0].Error())
 		if loaded && isRedis && rerr.IsNoScript() { // Redis lost it (a restart, a failover)
 			rs = run(true)
 		} else if !loaded { // sent whole, it is Redis's now
-			c.loaded.Store(s, struct{}{})
+			c.loaded.Store(call.Script, struct{}{})
 		}
 		return nil
 	})
@@ -322,10 +321,5 @@ func notRun(e *rueidis.RedisError) bool {
 // sharing a fair lock must keep their clocks in sync.
 func nowMs() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
 
-// flag is a boolean as a script argument.
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
+// msOf is d in ms, as scripts take a duration.
+func msOf(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

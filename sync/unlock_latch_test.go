@@ -70,17 +70,20 @@ func TestNotHeldReleaseRepeatsAsNotHeld(t *testing.T) {
 		c, rdb := newClient(t, b.Addr)
 		mu := c.Lock("not-held")
 		latch := latchKeyFor(mu.Name(), c.newRequestID())
-		for i, holds := range []string{"1", "2"} {
+		p := mu.plain()
+		for i, holds := range []int{1, 2} {
 			req := strconv.Itoa(9 + i)
-			args := []string{"30000", mu.Owner(), c.publishCmd, unlockLatchMs, holds, req, c.lockToken, "0", c.fairWaitMs}
+			release := lua.LockRelease{Lock: mu.Name(), Channel: p.channel, Numbered: lua.Numbered{Latch: latch, N: uint64(9 + i), LatchMs: unlockLatchMs},
+				Clients: p.clients, Listener: p.listener, LeaseMs: "30000", Owner: mu.Owner(), Publish: c.publishCmd, Holds: holds,
+				Token: c.lockToken, RegMs: c.fairWaitMs}.Call()
 			for run := range 2 {
-				err := lua.LockRelease.Exec(ctx, rdb, []string{mu.Name(), mu.plain().channel, latch, mu.plain().clients, mu.plain().listener}, args).Error()
+				err := release.Exec(ctx, rdb).Error()
 				if !rueidis.IsRedisNil(err) {
-					t.Fatalf("holds %s, run %d: %v, want nil (not held)", holds, run, err)
+					t.Fatalf("holds %d, run %d: %v, want nil (not held)", holds, run, err)
 				}
 			}
 			if v, err := rdb.Do(ctx, rdb.B().Get().Key(latch).Build()).ToString(); err != nil || v != "-"+req {
-				t.Fatalf("holds %s: latch %q (%v), want -%s", holds, v, err, req)
+				t.Fatalf("holds %d: latch %q (%v), want -%s", holds, v, err, req)
 			}
 		}
 	})

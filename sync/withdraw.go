@@ -6,6 +6,7 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
 )
@@ -25,7 +26,7 @@ import (
 // wait ended, the caller takes when it still waits (then's result is withdraw's), and
 // then gives back when it does not (late): a hold the caller is not told of must not be
 // kept. after, if not nil, runs last in the background, whatever came of the withdrawal.
-func (o *holder) withdraw(ctx context.Context, until time.Time, s script,
+func (o *holder) withdraw(ctx context.Context, until time.Time, s lua.Request,
 	then func(msg rueidis.RedisMessage, late bool) (bool, error), after func()) (bool, error) {
 	w := &withdrawal{done: make(chan struct{})}
 	held := o.tryLock() // in the caller's order, if op is free
@@ -76,7 +77,7 @@ type withdrawal struct {
 }
 
 // withdrawing is withdraw's background part. Caller holds op.
-func (o *holder) withdrawing(ctx context.Context, s script, then func(rueidis.RedisMessage, bool) (bool, error), w *withdrawal) (bool, error) {
+func (o *holder) withdrawing(ctx context.Context, s lua.Request, then func(rueidis.RedisMessage, bool) (bool, error), w *withdrawal) (bool, error) {
 	if o.count > 0 {
 		return false, nil // a re-entry, which never claims
 	}
@@ -86,7 +87,7 @@ func (o *holder) withdrawing(ctx context.Context, s script, then func(rueidis.Re
 			return false, nil
 		}
 	}
-	msg, err := o.exec(ctx, s.s, s.keys, s.args)
+	msg, err := o.exec(ctx, s.Call())
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", o.fields(zap.Error(o.wrap(err)))...)

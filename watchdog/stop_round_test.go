@@ -38,7 +38,7 @@ func TestStopWaitsForRoundInFlight(t *testing.T) {
 		w := newWatchdog(t, Options{Timeout: timeout})
 		acquire := func(ms string) time.Time {
 			sent := time.Now()
-			if err := lua.LockAcquire.Exec(ctx, c, []string{key}, []string{ms, owner, "0"}).Error(); !rueidis.IsRedisNil(err) {
+			if err := (lua.LockAcquire{Lock: key, LeaseMs: ms, Owner: owner}).Call().Exec(ctx, c).Error(); !rueidis.IsRedisNil(err) {
 				t.Fatalf("acquire: %v", err)
 			}
 			return sent

@@ -811,11 +811,11 @@ func TestRealRedis(t *testing.T) {
 func scriptRenew(c rueidis.Client) RenewFunc {
 	return func(ctx context.Context, lease time.Duration, batches []Batch) []Result {
 		ms := strconv.FormatInt(lease.Milliseconds(), 10)
-		execs := make([]rueidis.LuaExec, len(batches))
+		calls := make([]lua.Call, len(batches))
 		for i, b := range batches {
-			execs[i] = rueidis.LuaExec{Keys: b.Keys, Args: append([]string{ms}, b.Owners...)}
+			calls[i] = lua.LockRenew{Locks: b.Keys, LeaseMs: ms, Owners: b.Owners}.Call()
 		}
-		resps := lua.LockRenew.ExecMulti(ctx, c, execs...)
+		resps := lua.ExecMulti(ctx, c, calls...)
 		out := make([]Result, len(batches))
 		for i := range out {
 			vals, err := resps[i].AsIntSlice()

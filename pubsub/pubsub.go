@@ -577,6 +577,7 @@ func (m *Mux) run() {
 	var (
 		c       *conn
 		backoff time.Duration
+		lost    bool // the connection broke, or a subscribe failed, since the last success
 		retry   = time.NewTimer(time.Hour)
 		linger  = time.NewTimer(time.Hour) // the earliest lingering channel is due
 	)
@@ -606,6 +607,7 @@ func (m *Mux) run() {
 			c.dc.Close()
 			c = nil
 			m.resetAll()
+			lost = true
 		}
 		err := m.sync(&c)
 		m.mu.Lock()
@@ -615,7 +617,10 @@ func (m *Mux) run() {
 			linger.Reset(time.Until(next))
 		}
 		if err == nil {
-			backoff = 0
+			if lost {
+				m.log.Info("pubsub resubscribed")
+			}
+			backoff, lost = 0, false
 			continue
 		}
 		if m.clientClosed(err) {
@@ -631,14 +636,16 @@ func (m *Mux) run() {
 			c = nil
 			m.resetAll()
 		}
-		backoff = nextBackoff(backoff)
+		backoff, lost = nextBackoff(backoff), true
 		m.log.Warn("pubsub subscribe failed; retrying", zap.Error(err), zap.Duration("in", backoff))
 		retry.Reset(backoff)
 	}
 }
 
 func nextBackoff(d time.Duration) time.Duration {
-	const lo, hi = 20 * time.Millisecond, 2 * time.Second
+	// At most a second: after a failover, waiters are told to re-check once their channels
+	// are subscribed again, and this is how late that may come.
+	const lo, hi = 20 * time.Millisecond, time.Second
 	if d < lo {
 		return lo
 	}

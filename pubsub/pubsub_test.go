@@ -513,11 +513,14 @@ func TestReconnectAfterClientKill(t *testing.T) {
 	}
 }
 
+// A Mux whose connection is cut resubscribes every channel once it can, wakes every
+// waiter, and says so once, at info.
 func TestReconnectThroughProxy(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		pub := b.Client(t)
 		p := redistest.NewProxy(t, b.Addr)
-		m := newMux(t, redistest.ClientFor(t, p.Addr()), Options{})
+		core, logs := observer.New(zapcore.InfoLevel)
+		m := newMux(t, redistest.ClientFor(t, p.Addr()), Options{Logger: zap.New(core)})
 		s := newSentinel(t, m, pub)
 		chans := map[string][]*Waiter{
 			"a": subscribeN(t, m, "a", LockPolicy, 3),
@@ -536,6 +539,11 @@ func TestReconnectThroughProxy(t *testing.T) {
 		}
 		p.Blackhole(false)
 		checkResubscribed(t, pub, s, chans)
+		resubscribed := func() int { return logs.FilterMessage("pubsub resubscribed").FilterLevelExact(zapcore.InfoLevel).Len() }
+		eventually(t, "the resubscription logged", func() bool { return resubscribed() > 0 })
+		if n := resubscribed(); n != 1 {
+			t.Errorf("%d resubscriptions logged at info, want 1: %v", n, logs.All())
+		}
 	})
 }
 

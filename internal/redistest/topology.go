@@ -33,11 +33,12 @@ const (
 	// topologyTimeout bounds the start of a whole topology, readiness included: about
 	// 2–3 s here, the slack for a loaded machine running tests with -race.
 	topologyTimeout = 60 * time.Second
-	// nodeTimeout is the Cluster's node timeout and the Sentinels' down-after time: long
-	// enough that a stall of a loaded machine (several test binaries, each with its servers,
-	// on 2 CPUs) never fails a shared master over on its own, which would move the shards
-	// the tests name. A test of failover makes a topology of its own, or asks for one
-	// (CLUSTER FAILOVER, SENTINEL FAILOVER), which waits for no timeout.
+	// nodeTimeout is the Cluster's node timeout and the Sentinels' down-after time by
+	// default: long enough that a stall of a loaded machine (several test binaries, each
+	// with its servers, on 2 CPUs) never fails a shared master over on its own, which would
+	// move the shards the tests name. A test of failover makes topologies of its own (see
+	// WithNodeTimeout), or asks for one (CLUSTER FAILOVER, SENTINEL FAILOVER), which waits
+	// for no timeout.
 	nodeTimeout = 10 * time.Second
 )
 
@@ -113,6 +114,57 @@ func (b *Backend) PIDs() []int {
 	return pids
 }
 
+// Kill kills the topology's server at addr with SIGKILL, as a crash would, and waits until
+// it is gone.
+func (b *Backend) Kill(addr string) error {
+	if b.topo != nil {
+		for _, p := range b.topo.procs {
+			if p.addr == addr {
+				p.stop()
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("redistest: no server of the %s at %s", b.Name, addr)
+}
+
+// Promoted waits until a replica of sh has become a master (its master killed, say) and
+// returns its host:port. On a Sentinel set it waits until a Sentinel names it too, as
+// clients find the master through them.
+func (b *Backend) Promoted(ctx context.Context, sh Shard) (string, error) {
+	clients, closeAll, err := nodeClients(append(slices.Clone(sh.Replicas), b.Sentinels()...))
+	if err != nil {
+		return "", err
+	}
+	defer closeAll()
+	var promoted string
+	err = until(ctx, func() error {
+		for i, r := range sh.Replicas {
+			role, err := clients[i].Do(ctx, clients[i].B().Role().Build()).ToArray()
+			if err != nil || len(role) == 0 {
+				continue
+			}
+			if s, _ := role[0].ToString(); s == "master" {
+				promoted = r
+			}
+		}
+		if promoted == "" {
+			return fmt.Errorf("no replica of %s is a master yet", sh.Master)
+		}
+		if len(clients) == len(sh.Replicas) {
+			return nil // no Sentinels
+		}
+		// One Sentinel's word: a client asks the first that answers.
+		c := clients[len(sh.Replicas)]
+		got, err := c.Do(ctx, c.B().SentinelGetMasterAddrByName().Master(SentinelMaster).Build()).AsStrSlice()
+		if err != nil || len(got) != 2 || net.JoinHostPort(got[0], got[1]) != promoted {
+			return fmt.Errorf("a sentinel names %v as the master, not %s", got, promoted)
+		}
+		return nil
+	})
+	return promoted, err
+}
+
 // Topologies holds the Cluster and the Sentinel set that the tests of one test binary
 // share: starting them takes seconds, too long to do per test. A package's TestMain makes
 // it with NewTopologies and closes it after m.Run; each topology is started on its first
@@ -121,7 +173,8 @@ func (b *Backend) PIDs() []int {
 // Tests that share a topology share its data: each must name its keys apart (after the
 // test, say) and must not look at the whole data set (DBSIZE, KEYS *).
 type Topologies struct {
-	dir string // under reapRoot: the servers' working directories and pid files
+	dir         string        // under reapRoot: the servers' working directories and pid files
+	nodeTimeout time.Duration // the Cluster's node timeout, the Sentinels' down-after time
 
 	once     gosync.Once
 	done     chan struct{} // closed once both topologies are up or have failed
@@ -138,11 +191,21 @@ type Topologies struct {
 // run can find what a crashed one left behind.
 func reapRoot() string { return filepath.Join(os.TempDir(), "latchkey-redistest") }
 
+// A TopologyOption configures the topologies NewTopologies makes.
+type TopologyOption func(*Topologies)
+
+// WithNodeTimeout sets how long a master may be unreachable before it is failed over: the
+// Cluster's node timeout and the Sentinels' down-after time (10 s by default). A test that
+// kills a master makes topologies of its own with a short one.
+func WithNodeTimeout(d time.Duration) TopologyOption {
+	return func(s *Topologies) { s.nodeTimeout = d }
+}
+
 // NewTopologies returns the shared topologies of a test binary, none started yet. It first
 // kills the servers of earlier runs that died without closing theirs (a crash, a -timeout),
 // by the PIDs they recorded, and removes their directories. Close it when the tests are
 // done.
-func NewTopologies() (*Topologies, error) {
+func NewTopologies(opts ...TopologyOption) (*Topologies, error) {
 	root := reapRoot()
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
@@ -155,7 +218,11 @@ func NewTopologies() (*Topologies, error) {
 	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	return &Topologies{dir: dir, done: make(chan struct{})}, nil
+	s := &Topologies{dir: dir, nodeTimeout: nodeTimeout, done: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // reap kills the servers recorded under root by runs whose test process is gone, and
@@ -367,7 +434,7 @@ func (s *Topologies) startCluster(path, cli string) (*Backend, error) {
 	names := []string{"cluster-1", "cluster-2", "cluster-3", "cluster-4", "cluster-5", "cluster-6"}
 	procs, err := s.nodes(path, names, func(int) string { return "" }, func(int) []string {
 		return []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+			"--cluster-node-timeout", strconv.FormatInt(s.nodeTimeout.Milliseconds(), 10),
 			// A diskless full sync waits 5 s by default for more replicas to share it.
 			"--repl-diskless-sync-delay", "0"}
 	})
@@ -536,7 +603,7 @@ func (s *Topologies) startSentinel(path string) (*Backend, error) {
 	sentinelConf := fmt.Sprintf("sentinel monitor %s %s %s 2\n"+
 		"sentinel down-after-milliseconds %[1]s %[4]d\n"+
 		"sentinel failover-timeout %[1]s %[5]d\n",
-		SentinelMaster, host, port, nodeTimeout.Milliseconds(), (10 * nodeTimeout).Milliseconds())
+		SentinelMaster, host, port, s.nodeTimeout.Milliseconds(), (10 * s.nodeTimeout).Milliseconds())
 	for _, r := range replicas {
 		rh, rp, _ := net.SplitHostPort(r)
 		sentinelConf += fmt.Sprintf("sentinel known-replica %s %s %s\n", SentinelMaster, rh, rp)

@@ -1,0 +1,185 @@
+package sync
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// failoverNodeTimeout is how long the failover tests' masters may be unreachable before a
+// replica takes over: short, so that a test waits little for the failover it causes, and
+// long enough that a loaded machine's stall fails nothing over before it.
+const failoverNodeTimeout = 3 * time.Second
+
+// When a master dies (kill -9) holding locks with waiters on them — on a Cluster and on a
+// Sentinel set, each of the test's own — and a replica takes over:
+//   - a lock released during the outage: the release completes or reports
+//     ErrOutcomeUnknown (and is settled), and its waiters, on two Clients, get the lock in
+//     turn, alone, the first of them soon after the promotion;
+//   - a lock held through the outage: its holder either keeps its lease (renewed on the new
+//     master) or sees Lost;
+//   - a lock whose lease is shorter than the failover, never released: its waiters get it
+//     once the lease ends, not stranded by a hold nobody has.
+//
+// The figures (kill to promotion, promotion to the first waiter served) are logged.
+func TestFailover(t *testing.T) {
+	t.Parallel()
+	topos, err := redistest.NewTopologies(redistest.WithNodeTimeout(failoverNodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := topos.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, topo := range []struct {
+		name string
+		get  func(testing.TB) *redistest.Backend
+	}{{redistest.NameCluster, topos.Cluster}, {redistest.NameSentinel, topos.Sentinel}} {
+		t.Run(topo.name, func(t *testing.T) {
+			t.Parallel()
+			failover(t, topo.get(t))
+		})
+	}
+}
+
+func failover(t *testing.T, b *redistest.Backend) {
+	ctx := testCtx(t, 40*time.Second)
+	// Leases of 15 s, renewed every 5 s: they outlast the failover (some 5 s).
+	const lease = 15 * time.Second
+	holderC, rdb := newClientOn(t, b, WithWatchdogTimeout(lease))
+	waiterC, _ := newClientOn(t, b)
+	sh := b.Shards()[0]
+	var released, kept, short string
+	for short == "" {
+		n := topoName(t, "failover")
+		switch {
+		case !sh.Serves(n):
+		case released == "":
+			released = n
+		case kept == "":
+			kept = n
+		default:
+			short = n
+		}
+	}
+	const shortLease = 2 * time.Second
+	releasedL := holderC.Lock(released)
+	must(t, releasedL.Lock(ctx))
+	keptL := holderC.Lock(kept)
+	must(t, keptL.Lock(ctx))
+	must(t, holderC.Lock(short).Lock(ctx, Lease(shortLease)))
+	shortTaken := time.Now()
+
+	type served struct {
+		name string
+		at   time.Time
+		err  error
+	}
+	const perName = 3 // waiters on each lock: two on one Client, one on the other
+	results := make(chan served, 2*perName)
+	for _, name := range []string{released, short} {
+		var in atomic.Int32
+		for i, c := range []*Client{waiterC, waiterC, holderC} {
+			go func() {
+				l := c.Lock(name)
+				err := l.Lock(ctx)
+				at := time.Now()
+				if err == nil {
+					if in.Add(1) != 1 {
+						err = errors.New("two holders at once")
+					}
+					in.Add(-1)
+					if uerr := l.Unlock(ctx); uerr != nil && err == nil {
+						err = uerr
+					}
+				}
+				if err != nil {
+					err = fmt.Errorf("waiter %d: %w", i, err)
+				}
+				results <- served{name, at, err}
+			}()
+		}
+	}
+	eventually(t, 30*time.Second, "every waiter waiting", func() bool {
+		return waiterC.mux.Waiters(waitChannel(waiterC, released)) == 2 && waiterC.mux.Waiters(waitChannel(waiterC, short)) == 2 &&
+			holderC.mux.Waiters(waitChannel(holderC, released)) == 1 && holderC.mux.Waiters(waitChannel(holderC, short)) == 1
+	})
+
+	killed := time.Now()
+	must(t, b.Kill(sh.Master))
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- releasedL.Unlock(ctx) }()
+	promoted, err := b.Promoted(ctx, sh)
+	if err != nil {
+		t.Fatalf("no replica of %s took over: %v", sh.Master, err)
+	}
+	promotedAt := time.Now()
+	t.Logf("%s: killed %s; %s took over %v later", b.Name, sh.Master, promoted, promotedAt.Sub(killed).Round(time.Millisecond))
+
+	first := map[string]time.Time{}
+	for n := range 2 * perName {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				t.Errorf("a waiter on %s: %v", r.name, r.err)
+			}
+			if f, ok := first[r.name]; !ok || r.at.Before(f) {
+				first[r.name] = r.at
+			}
+		case <-ctx.Done():
+			t.Fatalf("waiters stranded: %d of %d served", n, 2*perName)
+		}
+	}
+	if err := <-unlocked; err != nil && !errors.Is(err, ErrOutcomeUnknown) && !(errors.Is(err, ErrLockLost) && closed(releasedL.Lost())) {
+		t.Errorf("the release during the outage: %v, want nil, ErrOutcomeUnknown, or the lease's loss", err)
+	}
+	// Served once the Client sees the new master: its subscriptions are back within a second
+	// (and wake every waiter), and a request under way is repeated at least every second.
+	// The bound is wide, for a loaded machine; a waiter left to its periodic re-check (a
+	// third of the wait time, 10 s) would miss it.
+	for name, free := range map[string]time.Time{released: promotedAt, short: maxTime(promotedAt, shortTaken.Add(shortLease))} {
+		after := first[name].Sub(free)
+		t.Logf("%s: %s, free at the promotion or its lease's end, served its first waiter %v later", b.Name, name, after.Round(time.Millisecond))
+		if after > failoverServeBound {
+			t.Errorf("%s served its first waiter %v after it was free, want at most %v", name, after, failoverServeBound)
+		}
+	}
+
+	// The lock held through the outage: renewed on the new master (its TTL back to about the
+	// lease, which it was not since the kill), or lost.
+	for !closed(keptL.Lost()) {
+		if ms, err := rdb.Do(ctx, rdb.B().Pttl().Key(kept).Build()).AsInt64(); err == nil && ms > (lease-time.Second).Milliseconds() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the lock held through the outage was neither renewed on the new master nor lost")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := keptL.Unlock(ctx); err != nil {
+		if !closed(keptL.Lost()) {
+			t.Errorf("the lock held through the outage: Unlock %v, and it was not lost", err)
+		}
+		t.Logf("%s: the lock held through the outage was lost: %v", b.Name, err)
+	} else {
+		t.Logf("%s: the lock held through the outage kept its lease, renewed on the new master", b.Name)
+	}
+}
+
+// failoverServeBound is how soon after a lock is free again on a new master its waiters
+// must be served.
+const failoverServeBound = 5 * time.Second
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

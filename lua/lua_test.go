@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	"io/fs"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -289,4 +290,56 @@ func maxIndex(code, table string) int {
 		n = max(n, i)
 	}
 	return n
+}
+
+// docs/acl.md lists, for each primitive, exactly the commands its scripts run: a command a
+// script gained, or lost, fails here until the document says so.
+func TestACLDocumentsScripts(t *testing.T) {
+	doc, err := os.ReadFile("../docs/acl.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{} // primitive column → commands column
+	for line := range strings.SplitSeq(string(doc), "\n") {
+		if cells := strings.Split(line, "|"); len(cells) == 4 && strings.TrimSpace(cells[1]) != "primitive" && !strings.HasPrefix(cells[1], "-") {
+			rows[strings.TrimSpace(cells[1])] = strings.TrimSpace(cells[2])
+		}
+	}
+	call := regexp.MustCompile(`redis\.call\('([a-z]+)'`)
+	publish := regexp.MustCompile(`redis\.call\((publish|ARGV\[\d+\])`) // the publish command is an argument
+	for primitive, scripts := range map[string][]*Script{
+		"Lock, FencedLock, MultiLock, RedLock": {lockAcquire, lockRelease, lockForceRelease, lockLeave, lockRenew},
+		"FairLock":                             {fairAcquire, fairRelease, fairForceRelease, fairLeave, lockRenew},
+		"RWLock":                               {readAcquire, readRelease, readRenew, writeAcquire, writeRelease, writeLeave, lockRenew},
+		"Semaphore":                            {semAcquire, semRelease, semSet, semLeave},
+		"PermitSemaphore":                      {permitAcquire, permitRelease, permitSet, permitState, permitRenew},
+		"CountDownLatch":                       {latchSet, latchCountDown, latchDelete},
+	} {
+		set := map[string]bool{}
+		for _, s := range scripts {
+			code := codeOf(s.src)
+			for _, m := range call.FindAllStringSubmatch(code, -1) {
+				set[m[1]] = true
+			}
+			set["publish"] = set["publish"] || publish.MatchString(code)
+		}
+		var want []string
+		for c, ok := range set {
+			if ok && c != "publish" {
+				want = append(want, c)
+			}
+		}
+		sort.Strings(want)
+		if set["publish"] {
+			want = append([]string{"publish"}, want...)
+		}
+		row, ok := rows[primitive]
+		if !ok {
+			t.Errorf("docs/acl.md has no row for %s", primitive)
+			continue
+		}
+		if got := strings.Fields(row); !slices.Equal(got, want) {
+			t.Errorf("docs/acl.md lists for %s:\n  %s\nits scripts run:\n  %s", primitive, row, strings.Join(want, " "))
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -9,9 +10,33 @@ import (
 )
 
 // The URL forms rueidis parses reach the server as they say: an ACL user's password, a
-// Cluster.
+// Cluster, TLS.
 func TestConnectionForms(t *testing.T) {
 	t.Parallel()
+	t.Run("TLS", func(t *testing.T) {
+		t.Parallel()
+		b := redistest.RedisTLS(t)
+		url := "rediss://" + b.Addr
+		// The server's certificate is the test's own: trusted as Go trusts one, through
+		// SSL_CERT_FILE.
+		trusted := func(args ...string) result {
+			cmd := latchkeyCmd(t, url, args...)
+			cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+b.CACert)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			return result{code: exitCodeOf(t, cmd.Run()), stdout: stdout.String(), stderr: stderr.String()}
+		}
+		if r := trusted("run", "--lock", "tls", "--", "true"); r.code != 0 {
+			t.Errorf("run over TLS: exit status %d; stderr:\n%s", r.code, r.stderr)
+		}
+		if r := trusted("inspect", "--json", "tls"); r.code != 0 {
+			t.Errorf("inspect over TLS: exit status %d; stderr:\n%s", r.code, r.stderr)
+		}
+		// Without it, the certificate is refused.
+		if r := latchkey(t, url, "run", "--lock", "tls", "--", "true"); r.code != exitFail || !strings.Contains(r.stderr, "certificate") {
+			t.Errorf("an untrusted certificate: exit status %d, stderr %q; want 1 and why", r.code, r.stderr)
+		}
+	})
 	t.Run("ACL user", func(t *testing.T) {
 		t.Parallel()
 		b := redistest.Redis(t)

@@ -22,6 +22,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
@@ -46,7 +47,11 @@ type Backend struct {
 	// Mini gives direct access to the data set when Name is NameMiniredis;
 	// it is nil for a real Redis server.
 	Mini *miniredis.Miniredis
+	// CACert is the file of the certificate a TLS server presents (see RedisTLS); "" for a
+	// server without TLS.
+	CACert string
 
+	tls *tls.Config // trusts CACert
 	// topo is the rest of a Cluster or a Sentinel set (see Topologies); nil for a
 	// single server.
 	topo *topology
@@ -83,19 +88,18 @@ func (b *Backend) ClientOption() rueidis.ClientOption {
 	if b.topo != nil {
 		return b.topo.option
 	}
-	return ClientOptionFor(b.Addr)
+	opt := ClientOptionFor(b.Addr)
+	opt.TLSConfig = b.tls
+	return opt
 }
 
 // Client returns a new rueidis client connected to the backend, made from ClientOption.
 // It is closed when the test finishes.
 func (b *Backend) Client(t testing.TB) rueidis.Client {
 	t.Helper()
-	if b.topo == nil {
-		return ClientFor(t, b.Addr)
-	}
-	c, err := rueidis.NewClient(b.topo.option)
+	c, err := rueidis.NewClient(b.ClientOption())
 	if err != nil {
-		t.Fatalf("redistest: connect rueidis client to the %s: %v", b.Name, err)
+		t.Fatalf("redistest: connect rueidis client to %s (%s): %v", b.Name, b.Addr, err)
 	}
 	t.Cleanup(c.Close)
 	return c

@@ -153,12 +153,20 @@ func (r LockForceRelease) Call() Call {
 // gives up (lock_leave.lua). Reply: 0.
 type LockLeave struct {
 	Lock, Clients, Channel, Listener string
-	Token, Publish, RegMs            string
+	Leaving
 }
 
 func (r LockLeave) Call() Call {
-	return Call{lockLeave, []string{r.Lock, r.Clients, r.Channel, r.Listener}, []string{r.Token, r.Publish, r.RegMs}}
+	return Call{lockLeave, []string{r.Lock, r.Clients, r.Channel, r.Listener}, r.args()}
 }
+
+// Leaving is what a client whose last waiter gives up sends: its token, the publish
+// command, and how long a registration lasts (ms).
+type Leaving struct {
+	Token, Publish, RegMs string
+}
+
+func (l Leaving) args() []string { return []string{l.Token, l.Publish, l.RegMs} }
 
 // LockRenew renews a batch of exclusive holds, of any lock but a read lock: Owners[i] in
 // Locks[i] (lock_renew.lua). Reply: an array, 1 where the owner still held the lock (its TTL
@@ -429,11 +437,11 @@ func (r SemSet) Call() Call {
 // gives up (sem_leave.lua). Reply: 0.
 type SemLeave struct {
 	Semaphore, Clients, Wants, Listener string
-	Token, Publish, RegMs               string
+	Leaving
 }
 
 func (r SemLeave) Call() Call {
-	return Call{semLeave, []string{r.Semaphore, r.Clients, r.Wants, r.Listener}, []string{r.Token, r.Publish, r.RegMs}}
+	return Call{semLeave, []string{r.Semaphore, r.Clients, r.Wants, r.Listener}, r.args()}
 }
 
 // LatchRequest is a countdown latch's numbered request: Set (Count >= 1) sets its count if

@@ -178,5 +178,5 @@ func (p *plainLock) waitLeft(ctx context.Context, o *holder, until time.Time) {
 		return
 	}
 	_, _ = o.withdraw(ctx, until, lua.LockLeave{Lock: o.name, Clients: p.clients, Channel: p.channel, Listener: p.listener,
-		Token: o.c.lockToken, Publish: o.c.publishCmd, RegMs: o.c.fairWaitMs}, nil, func() { p.afterLeave(o.c) })
+		Leaving: o.c.leaving()}, nil, func() { p.afterLeave(o.c) })
 }

@@ -44,7 +44,7 @@ func (s *Semaphore) leave(ctx context.Context, until time.Time) {
 	if !until.IsZero() {
 		lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
 		_, _ = c.exec(lctx, lua.SemLeave{Semaphore: s.p.name, Clients: s.q.clients, Wants: s.wants, Listener: s.q.listener,
-			Token: c.lockToken, Publish: c.publishCmd, RegMs: c.fairWaitMs}.Call())
+			Leaving: c.leaving()}.Call())
 		cancel()
 	}
 	s.q.afterLeave(c)
@@ -78,6 +78,11 @@ func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.
 		c.mux.Wake(channel)
 	}
 	return ok, err
+}
+
+// leaving is what the Client sends as its last waiter on an object gives up.
+func (c *Client) leaving() lua.Leaving {
+	return lua.Leaving{Token: c.lockToken, Publish: c.publishCmd, RegMs: c.fairWaitMs}
 }
 
 // keys are the semaphore's keys its scripts that change permits share.

@@ -169,7 +169,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	o := l.borrow()
 	leaseMs := o.c.leaseMs(lease)
 	start := time.Now()
-	defer func() { o.c.obs.acquired(o.what, o.name, 1, start, ok, err) }()
+	defer func() { o.c.obs.acquired(ctx, o.what, o.name, 1, start, ok, err) }()
 	var a *lockAttempt
 	attemptOut := out
 	if limit != 0 {

@@ -52,6 +52,9 @@ type Subject struct {
 // An Acquisition is an acquisition that ended.
 type Acquisition struct {
 	Subject
+	// Context is the caller's: the parent of a span around the wait, say. Its values only:
+	// it may have ended.
+	Context  context.Context
 	Permits  int           // a semaphore's; 1 for a lock
 	Wait     time.Duration // from the call to its end
 	Taken    bool
@@ -108,13 +111,14 @@ func (ob *observing) subject(kind, name string) Subject {
 	return Subject{Kind: kind, Class: ob.classify(name)}
 }
 
-// acquired tells of an acquisition of what called name, begun at start, that ended so.
-func (ob *observing) acquired(what, name string, permits int, start time.Time, taken bool, err error) {
+// acquired tells of an acquisition of what called name for ctx, begun at start, that ended
+// so.
+func (ob *observing) acquired(ctx context.Context, what, name string, permits int, start time.Time, taken bool, err error) {
 	if ob == nil {
 		return
 	}
 	timedOut := !taken && (err == nil || errors.Is(err, context.DeadlineExceeded))
-	ob.o.Acquired(Acquisition{Subject: ob.subject(what, name), Permits: permits, Wait: time.Since(start),
+	ob.o.Acquired(Acquisition{Subject: ob.subject(what, name), Context: ctx, Permits: permits, Wait: time.Since(start),
 		Taken: taken, TimedOut: timedOut, Err: err})
 }
 

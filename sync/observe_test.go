@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"errors"
 	gosync "sync"
 	"testing"
@@ -59,7 +60,8 @@ func classOf(name string) string {
 func TestObserverHearsWhatPrimitivesDo(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 20*time.Second)
+		type callerKey struct{}
+		ctx := context.WithValue(testCtx(t, 20*time.Second), callerKey{}, "caller")
 		ev := &events{}
 		// Renewals every second: a Renewed event comes within waitFor.
 		c, rdb := newClient(t, b.Addr, WithObserver(ev, classOf), WithWatchdogTimeout(3*time.Second))
@@ -109,6 +111,9 @@ func TestObserverHearsWhatPrimitivesDo(t *testing.T) {
 			a := ev.acquired[i]
 			if a.Kind != w.kind || a.Class != w.class || a.Taken != w.taken || a.TimedOut != w.timed || a.Err != nil || a.Permits != 1 {
 				t.Errorf("acquisition %d: %+v, want %s/%s taken %v timed out %v", i, a, w.kind, w.class, w.taken, w.timed)
+			}
+			if a.Context == nil || a.Context.Value(callerKey{}) != "caller" {
+				t.Errorf("acquisition %d: its Context is not the caller's", i)
 			}
 		}
 		if a := ev.acquired[1]; a.Wait < 50*time.Millisecond {

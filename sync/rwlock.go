@@ -179,7 +179,7 @@ func (l *RWLock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, erro
 // lock.
 func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Duration) (ok bool, err error) {
 	start := time.Now()
-	defer func() { l.r.c.obs.acquired(l.r.what, l.r.name, 1, start, ok, err) }()
+	defer func() { l.r.c.obs.acquired(ctx, l.r.what, l.r.name, 1, start, ok, err) }()
 	p, held := l.borrow(), &l.reads
 	o := &p.r
 	if write {

@@ -201,7 +201,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOpt
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok bool, err error) {
 	c := s.p.c
 	start := time.Now()
-	defer func() { c.obs.acquired(s.p.what, s.p.name, n, start, ok, err) }()
+	defer func() { c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
 	var h *heir
 	if limit != 0 && c.maxHandoff > 0 {
 		h = &heir{key: s.q.channel, permits: n}

@@ -109,6 +109,9 @@ func lookup(name string) (command, bool) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == guardArg {
+		os.Exit(guard(os.Args[2:], os.Stderr))
+	}
 	// Ctrl-C cancels the context, so a command stops its goroutines and closes its Redis
 	// connections instead of dying half-way.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -22,8 +22,8 @@ func runSpec() spec {
 		synopsis: "run (--lock NAME [--fair|--fenced] | --semaphore NAME --permits N | --read NAME | --write NAME) [flags] -- CMD [ARG...]",
 		about: `Takes the lock (or permit), runs CMD while holding it, and releases it when CMD exits,
 whatever the cause. The lease is renewed every third of --lease while CMD runs, so a
-latchkey killed with -9 frees the lock at most --lease later (and the kernel kills CMD with
-it, on Linux). CMD runs in a process group of its own: signals sent to latchkey (INT,
+latchkey killed with -9 frees the lock at most --lease later, and CMD dies with it, with
+everything it started (in its process group). CMD runs in a process group of its own: signals sent to latchkey (INT,
 TERM, HUP, QUIT, USR1, USR2) are passed on to it, and on a terminal it has the foreground
 (it reads the terminal and gets Ctrl-C). Should the lease be lost while CMD runs (the key
 deleted, Redis unreachable for longer than the lease), CMD gets SIGTERM, and SIGKILL after

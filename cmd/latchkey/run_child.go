@@ -7,52 +7,95 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 )
 
-// child is the command run runs, in a process group of its own.
+// child is the command run runs, under its guard (see guard), in a process group of its
+// own: the guard leads it.
 type child struct {
-	cmd  *exec.Cmd
-	done chan error // the command's Wait, once it has started
-	tty  int        // the terminal the command has the foreground of, or -1
+	cmd      *exec.Cmd
+	done     chan error // the guard's Wait, once it has started
+	tty      int        // the terminal the group has the foreground of, or -1
+	lifeline *os.File   // the guard's lifeline: closed when latchkey is gone
 }
 
-// startChild starts args with env added to latchkey's environment. It returns the status
-// the shell would give for a command that cannot be started (126, 127) with its error.
+// startChild starts args with env added to latchkey's environment, under a guard. It
+// returns the status the shell would give for a command that cannot be started (126, 127)
+// with its error.
 func startChild(args []string, env []string, stdout, stderr io.Writer) (*child, error) {
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), env...)
-	tty := foregroundTTY()
-	cmd.SysProcAttr = childAttr(tty)
-	c := &child{cmd: cmd, done: make(chan error, 1), tty: tty}
-	started := make(chan error, 1)
-	go func() {
-		// Linux's parent-death signal follows the thread that started the child: keep that
-		// thread for as long as the child runs, so the signal means latchkey's death only.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		c.done <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		restoreForeground(tty) // the child may have taken it before its exec failed
+	if _, err := exec.LookPath(args[0]); err != nil {
 		code := exitCannotExec
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = exitNotFound
 		}
 		return nil, &exitStatus{code: code, msg: err.Error()}
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("the guard of the command: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("the guard's lifeline: %w", err)
+	}
+	defer r.Close() // the guard's now
+	cmd := exec.Command(self, append([]string{guardArg, "--"}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(), env...)
+	cmd.ExtraFiles = []*os.File{r} // the guard's descriptor 3
+	tty := foregroundTTY()
+	// A process group of its own, so that the signals run passes on and the termination of
+	// a lost lease reach everything the command started; with a terminal, the terminal's
+	// foreground group, so that the command reads it and gets its Ctrl-C.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: tty >= 0, Ctty: max(tty, 0)}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		restoreForeground(tty) // the child may have taken it before its exec failed
+		return nil, fmt.Errorf("the guard of the command: %w", err)
+	}
+	c := &child{cmd: cmd, done: make(chan error, 1), tty: tty, lifeline: w}
+	go func() { c.done <- cmd.Wait() }()
 	return c, nil
 }
 
-// signal sends sig to the command's process group. A group already gone is no error: the
+// guardArg is the hidden first argument that makes latchkey a guard.
+const guardArg = "__guard"
+
+// guard runs the command args (after "--") as its child, in its own process group, and
+// exits with the command's status (128+n for a signal n). Should latchkey die without
+// releasing (kill -9), its lock lapses with the lease, and nothing it ran may go on beside
+// the next holder: the guard learns of it when its lifeline (descriptor 3, a pipe whose
+// other end only latchkey has) reaches its end, and kills its whole group — the command and
+// whatever it started. The signals latchkey passes on to the group are the command's: the
+// guard takes them and does nothing, so that it stays to report the command's status.
+func guard(args []string, stderr io.Writer) int {
+	if len(args) < 2 || args[0] != "--" {
+		fmt.Fprintln(stderr, "latchkey: "+guardArg+" is latchkey's own, not a command")
+		return exitUsage
+	}
+	lifeline := os.NewFile(3, "lifeline")
+	syscall.CloseOnExec(3) // the command's children must not keep latchkey's lifeline
+	// Handled, not ignored: the command starts with their default actions.
+	signal.Notify(make(chan os.Signal, 1), forwarded()...)
+	cmd := exec.Command(args[1], args[2:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(stderr, "latchkey run: "+err.Error())
+		return exitCannotExec
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, lifeline) // returns when latchkey is gone
+		_ = syscall.Kill(0, syscall.SIGKILL) // the whole group, the guard too
+	}()
+	code, err := status(cmd.Wait())
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey run: "+err.Error())
+	}
+	return code
+}
+
+// signal sends sig to the command's process group (the guard takes it and does nothing). A group already gone is no error: the
 // command has exited and its Wait is about to say so.
 func (c *child) signal(sig syscall.Signal) {
 	_ = syscall.Kill(-c.cmd.Process.Pid, sig)
@@ -89,6 +132,7 @@ func (c *child) supervise(sigs <-chan os.Signal, lost <-chan struct{}, grace tim
 	for {
 		select {
 		case err := <-c.done:
+			c.lifeline.Close()
 			restoreForeground(c.tty)
 			return wasLost, err
 		case sig := <-sigs:

@@ -92,7 +92,7 @@ func TestRunExitStatus(t *testing.T) {
 }
 
 // A runner killed with -9 cannot release: its lock (or permit) must lapse with the lease, not
-// earlier, and its command must die with it.
+// earlier, and its command must die with it, with whatever the command started.
 func TestRunKilledRunnerLetsNextInAtItsLease(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -116,7 +116,8 @@ func TestRunKilledRunnerLetsNextInAtItsLease(t *testing.T) {
 			t.Parallel()
 			url, rdb := server(t)
 			pidFile := filepath.Join(t.TempDir(), "pid")
-			args := append(append([]string{"run", "--lease", "3s"}, tt.target...), "--", "sh", "-c", `echo $$ > "$1"; exec sleep 60`, "sh", pidFile)
+			// The command's own child (sleep, in the background) must die with it too.
+			args := append(append([]string{"run", "--lease", "3s"}, tt.target...), "--", "sh", "-c", `sleep 600 & echo $! > "$1"; wait`, "sh", pidFile)
 			a := latchkeyCmd(t, url, args...)
 			if err := a.Start(); err != nil {
 				t.Fatal(err)
@@ -131,6 +132,7 @@ func TestRunKilledRunnerLetsNextInAtItsLease(t *testing.T) {
 				}
 				return err
 			})
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // should it have outlived the runner
 			if err := a.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +151,7 @@ func TestRunKilledRunnerLetsNextInAtItsLease(t *testing.T) {
 			if waited := time.Since(killed); waited < time.Duration(left)*time.Millisecond-100*time.Millisecond {
 				t.Errorf("the next runner got in %v after the kill, before the lease's %d ms ran out", waited, left)
 			}
-			eventually(t, e2eTimeout, "the killed runner's command died with it", func() error {
+			eventually(t, e2eTimeout, "what the killed runner's command started died with it", func() error {
 				return gone(pid)
 			})
 		})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	dsync "github.com/latchkey/latchkey/sync"
+	"github.com/redis/rueidis"
 )
 
 const runSummary = "run a command while holding a lock, a read or write lock, or a semaphore permit"
@@ -72,23 +73,19 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageMessage(stderr, "run", err)
 	}
 	// Registered before any waiting, so that no signal meant for the command is lost to the
-	// default action in between.
+	// default action in between. Until the command starts, the first one ends run (128+n):
+	// it is what ends wctx, and nothing else does (main's context ends on SIGINT too, which
+	// would race it).
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwarded()...)
 	defer signal.Stop(sigs)
-
-	s, err := connect(opt, dsync.WithWatchdogTimeout(o.lease))
+	wctx, stopWatching := untilSignal(context.WithoutCancel(ctx), sigs)
+	s, h, err := connectAndWait(wctx, opt, o, stderr)
+	stopWatching()
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.ping(ctx); err != nil {
-		return err
-	}
-	h, err := waitFor(ctx, s, o, sigs, stderr)
-	if err != nil {
-		return err
-	}
 	c, err := startChild(argv, h.env, stdout, stderr)
 	if err != nil {
 		releaseHeld(ctx, h, false, stderr)
@@ -156,50 +153,103 @@ func parseRun(args []string, stderr io.Writer) (runOptions, []string, error) {
 	return o, argv, nil
 }
 
-// waitFor acquires o's target, showing progress on a terminal. A signal ends the wait with
-// the status 128+n; a wait that runs out, with exitNotAcquired.
-func waitFor(ctx context.Context, s *session, o runOptions, sigs <-chan os.Signal, stderr io.Writer) (*held, error) {
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type result struct {
-		h   *held
+// A signalCause ends run's context: a signal came before the command started.
+type signalCause struct{ sig os.Signal }
+
+func (c signalCause) Error() string { return c.sig.String() }
+
+// untilSignal returns a context that the first of sigs ends, with a signalCause, until
+// stop is called; stop waits until sigs is no longer read, so that every later signal is
+// the command's.
+func untilSignal(parent context.Context, sigs <-chan os.Signal) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case sig := <-sigs:
+			cancel(signalCause{sig})
+		case <-quit:
+		}
+	}()
+	return ctx, func() { close(quit); <-done }
+}
+
+// signalled is the exit status of a run that a signal ended (see untilSignal) while it was
+// doing what, if one did.
+func signalled(ctx context.Context, what string) error {
+	var sc signalCause
+	if !errors.As(context.Cause(ctx), &sc) {
+		return nil
+	}
+	return &exitStatus{code: exitSignalOffset + signalNumber(sc.sig), msg: fmt.Sprintf("%v while %s", sc.sig, what)}
+}
+
+// connectAndWait connects to Redis and acquires o's target, showing progress on a
+// terminal. A signal (ctx's end) ends it with the status 128+n; a wait that runs out, with
+// exitNotAcquired. On an error, nothing is held and the session is closed.
+func connectAndWait(ctx context.Context, opt rueidis.ClientOption, o runOptions, stderr io.Writer) (*session, *held, error) {
+	// rueidis dials without a context: a signal does not wait for it.
+	type connected struct {
+		s   *session
 		err error
 	}
-	done := make(chan result, 1)
+	ch := make(chan connected, 1)
 	go func() {
-		h, err := acquire(actx, s.c, o.target, o.wait, stderr)
-		done <- result{h, err}
+		s, err := connect(opt, dsync.WithWatchdogTimeout(o.lease))
+		ch <- connected{s, err}
 	}()
-	stop := startProgress(actx, s, o, stderr)
-	var got os.Signal
-	var r result
+	var c connected
 	select {
-	case r = <-done:
-	case got = <-sigs:
-		cancel()
-		r = <-done
+	case c = <-ch:
+	case <-ctx.Done():
+		go func() {
+			if c := <-ch; c.err == nil {
+				c.s.close()
+			}
+		}()
+		return nil, nil, signalled(ctx, "connecting to Redis")
 	}
-	stop()
-	if got == nil && r.err != nil && ctx.Err() != nil {
-		// The context of main ends on SIGINT and SIGTERM, which sigs gets too: tell which.
-		select {
-		case got = <-sigs:
-		case <-time.After(time.Second):
+	s, err := c.s, c.err
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := pingAndWait(ctx, s, o, stderr)
+	if err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	return s, h, nil
+}
+
+func pingAndWait(ctx context.Context, s *session, o runOptions, stderr io.Writer) (*held, error) {
+	if err := s.ping(ctx); err != nil {
+		if serr := signalled(ctx, "connecting to Redis"); serr != nil {
+			return nil, serr
 		}
+		return nil, err
 	}
-	if got != nil {
-		if r.h != nil { // taken as the wait was cancelled
-			releaseHeld(ctx, r.h, false, stderr)
+	h, err := acquireShowing(ctx, s, o, stderr)
+	if serr := signalled(ctx, "waiting for "+o.what()); serr != nil {
+		if h != nil { // taken as the wait was cancelled
+			releaseHeld(ctx, h, false, stderr)
 		}
-		return nil, &exitStatus{code: exitSignalOffset + signalNumber(got), msg: fmt.Sprintf("%v while waiting for %s", got, o.what())}
+		return nil, serr
 	}
-	if r.err != nil {
-		return nil, fmt.Errorf("acquire %s: %w", o.what(), r.err)
-	}
-	if r.h == nil {
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("acquire %s: %w", o.what(), err)
+	case h == nil:
 		return nil, &exitStatus{code: exitNotAcquired, msg: fmt.Sprintf("%s not acquired within --wait %v", o.what(), o.wait.d)}
 	}
-	return r.h, nil
+	return h, nil
+}
+
+// acquireShowing acquires o's target, with the progress line while it waits.
+func acquireShowing(ctx context.Context, s *session, o runOptions, stderr io.Writer) (*held, error) {
+	stop := startProgress(ctx, s, o, stderr)
+	defer stop()
+	return acquire(ctx, s.c, o.target, o.wait, stderr)
 }
 
 // signalNumber is sig's number; every signal run asks for is a syscall.Signal.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -359,5 +360,42 @@ func TestRunReadersShareWritersExclude(t *testing.T) {
 	}
 	if w.code != exitNotAcquired {
 		t.Errorf("writer while reading: exit status %d, want %d", w.code, exitNotAcquired)
+	}
+}
+
+// A signal while latchkey is still connecting ends it as one while it waits does (128+n),
+// not as a failure to connect: here Redis accepts the connection and never answers.
+func TestRunSignalWhileConnecting(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- conn
+		}
+	}()
+	cmd := latchkeyCmd(t, "redis://"+ln.Addr().String(), "run", "--lock", "connecting", "--", "true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case conn := <-accepted:
+		defer conn.Close()
+	case <-time.After(e2eTimeout):
+		t.Fatal("latchkey never connected")
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCodeOf(t, cmd.Wait()); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit status %d, want %d", code, 128+int(syscall.SIGTERM))
 	}
 }

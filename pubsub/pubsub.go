@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/keyslot"
 	"github.com/redis/rueidis"
 	"go.uber.org/zap"
 )
@@ -67,12 +68,6 @@ func CountPolicy(payload string) int {
 // ErrClosed is returned by Subscribe after Close.
 var ErrClosed = errors.New("pubsub: mux closed")
 
-// ErrShardedCluster is returned by Subscribe and Listen of a Sharded Mux on a Cluster
-// client: each shard channel must be subscribed on its slot's node, which one subscriber
-// connection cannot do (rueidis refuses such a command on a dedicated connection with a
-// panic).
-var ErrShardedCluster = errors.New("pubsub: sharded pub/sub on a Cluster client is not supported")
-
 // Options configure a Mux.
 type Options struct {
 	// Mode selects plain or sharded pub/sub.
@@ -93,6 +88,7 @@ type Options struct {
 type Mux struct {
 	client  rueidis.Client
 	mode    Mode
+	routes  *routes // a Sharded Mux of a Cluster client's; nil for one connection
 	log     *zap.Logger
 	timeout time.Duration
 
@@ -121,6 +117,7 @@ type channel struct {
 	policy     Policy
 	waiters    []*Waiter // in registration order: wake-one picks the longest-waiting first
 	subscribed bool      // confirmed by the server on the current connection
+	node       string    // the master it is subscribed on (see routes); "" for the one connection
 	hint       time.Time // when the awaited state may change with no message; see Hint
 	idle       time.Time // when its last waiter left
 	last       string    // the latest message's payload
@@ -158,7 +155,8 @@ type Waiter struct {
 }
 
 // New returns a Mux on client and starts its connection goroutine. client is not closed by
-// the Mux. A Sharded Mux on a Cluster client is stopped from the start (ErrShardedCluster).
+// the Mux. A Sharded Mux of a Cluster client subscribes each channel on the master serving
+// its slot, over a connection per master.
 func New(client rueidis.Client, opts Options) *Mux {
 	log := opts.Logger
 	if log == nil {
@@ -185,7 +183,7 @@ func New(client rueidis.Client, opts Options) *Mux {
 		done:     make(chan struct{}),
 	}
 	if m.mode == Sharded && client.Mode() == rueidis.ClientModeCluster {
-		m.dieLocked(ErrShardedCluster) // nothing runs yet: no lock needed
+		m.routes = &routes{client: client}
 	}
 	go m.run()
 	return m
@@ -562,10 +560,17 @@ func (m *Mux) onSubscription(s rueidis.PubSubSubscription) {
 	}
 }
 
-// conn is one dedicated subscriber connection.
+// conn is one dedicated subscriber connection, to node (see routes).
 type conn struct {
+	node   string
 	dc     rueidis.DedicatedClient
 	broken <-chan error
+}
+
+// A breakage is a connection's end, reported to the run loop.
+type breakage struct {
+	c   *conn
+	err error
 }
 
 // run owns the subscriber connection: it sends every SUBSCRIBE and UNSUBSCRIBE in order, so
@@ -575,41 +580,47 @@ type conn struct {
 func (m *Mux) run() {
 	defer close(m.done)
 	var (
-		c       *conn
+		cs      = map[string]*conn{} // by node
+		broken  = make(chan breakage, 1)
 		backoff time.Duration
-		lost    bool // the connection broke, or a subscribe failed, since the last success
+		lost    bool // a connection broke, or a subscribe failed, since the last success
 		retry   = time.NewTimer(time.Hour)
 		linger  = time.NewTimer(time.Hour) // the earliest lingering channel is due
 	)
 	retry.Stop()
 	linger.Stop()
 	defer func() {
-		if c != nil {
+		for _, c := range cs {
 			c.dc.Close()
 		}
 	}()
-	for {
-		var broken <-chan error
-		if c != nil {
-			broken = c.broken
+	drop := func(c *conn) {
+		c.dc.Close()
+		delete(cs, c.node)
+		m.resetNode(c.node)
+		if m.routes != nil {
+			m.routes.stale() // the master may have failed over
 		}
+	}
+	for {
 		select {
 		case <-m.stop:
 			return
 		case <-m.kick:
 		case <-retry.C:
 		case <-linger.C:
-		case err := <-broken:
-			if m.clientClosed(err) {
+		case b := <-broken:
+			if cs[b.c.node] != b.c {
+				continue // one dropped already
+			}
+			if m.clientClosed(b.err) {
 				return
 			}
-			m.log.Warn("pubsub connection lost; resubscribing", zap.Error(err))
-			c.dc.Close()
-			c = nil
-			m.resetAll()
+			m.log.Warn("pubsub connection lost; resubscribing", zap.Error(b.err), zap.String("node", b.c.node))
+			drop(b.c)
 			lost = true
 		}
-		err := m.sync(&c)
+		c, err := m.sync(cs, broken)
 		m.mu.Lock()
 		next := m.next
 		m.mu.Unlock()
@@ -631,10 +642,10 @@ func (m *Mux) run() {
 			return
 		default:
 		}
-		if c != nil && !isRedisErr(err) {
-			c.dc.Close()
-			c = nil
-			m.resetAll()
+		if m.routes != nil && redirected(err) {
+			m.routes.stale() // a slot moved: route again
+		} else if c != nil && !isRedisErr(err) {
+			drop(c)
 		}
 		backoff, lost = nextBackoff(backoff), true
 		m.log.Warn("pubsub subscribe failed; retrying", zap.Error(err), zap.Duration("in", backoff))
@@ -655,24 +666,46 @@ func nextBackoff(d time.Duration) time.Duration {
 	return d
 }
 
+// redirected reports whether err is a Cluster's MOVED or ASK.
+func redirected(err error) bool {
+	rerr, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return false
+	}
+	_, moved := rerr.IsMoved()
+	_, ask := rerr.IsAsk()
+	return moved || ask
+}
+
 func isRedisErr(err error) bool {
 	_, ok := rueidis.IsRedisErr(err)
 	return ok
 }
 
-// resetAll marks every channel unsubscribed and dirty, after the connection was lost.
-func (m *Mux) resetAll() {
+// resetNode marks every channel subscribed on node unsubscribed and dirty, after its
+// connection was lost.
+func (m *Mux) resetNode(node string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, ch := range m.channels {
-		ch.subscribed = false
-		m.dirty[name] = struct{}{}
+		if ch.node == node {
+			ch.subscribed = false
+			m.dirty[name] = struct{}{}
+		}
 	}
 }
 
-func (m *Mux) dial() (*conn, error) {
-	dc, _ := m.client.Dedicate() // closed, not released: a pooled connection must not keep our hooks
-	broken := dc.SetPubSubHooks(rueidis.PubSubHooks{
+// dial connects to node ("": the client's one connection), reporting its end on broken.
+func (m *Mux) dial(node string, broken chan<- breakage) (*conn, error) {
+	client := m.client
+	if node != "" {
+		if client = m.client.Nodes()[node]; client == nil {
+			m.routes.stale()
+			return nil, fmt.Errorf("pubsub: the client knows no node %s", node)
+		}
+	}
+	dc, _ := client.Dedicate() // closed, not released: a pooled connection must not keep our hooks
+	ends := dc.SetPubSubHooks(rueidis.PubSubHooks{
 		OnMessage:      m.onMessage,
 		OnSubscription: m.onSubscription,
 	})
@@ -683,19 +716,31 @@ func (m *Mux) dial() (*conn, error) {
 		dc.Close()
 		return nil, err
 	}
-	return &conn{dc: dc, broken: broken}, nil
+	c := &conn{node: node, dc: dc, broken: ends}
+	go func() {
+		select {
+		case err := <-ends:
+			select {
+			case broken <- breakage{c, err}:
+			case <-m.stop:
+			}
+		case <-m.stop:
+		}
+	}()
+	return c, nil
 }
 
 // maxChannelsPerCommand bounds one SUBSCRIBE so a burst of new channels is sent in a few
 // commands, not one command per channel and not one unbounded command.
 const maxChannelsPerCommand = 512
 
-// sync brings the connection's subscriptions in line with the waiters of every dirty
-// channel, dialling first if a channel must be joined. On error the unfinished channels stay
-// dirty.
-func (m *Mux) sync(c **conn) error {
+// sync brings the subscriptions in line with the waiters of every dirty channel, dialling a
+// master's connection first if a channel must be joined there. On error the unfinished
+// channels stay dirty, and the connection the error came from, if any, is returned.
+func (m *Mux) sync(cs map[string]*conn, broken chan<- breakage) (*conn, error) {
 	m.mu.Lock()
-	var join, leave []string
+	var join []string
+	var leave []batch
 	now := time.Now()
 	m.next = time.Time{}
 	for name := range m.dirty {
@@ -712,7 +757,7 @@ func (m *Mux) sync(c **conn) error {
 			}
 			continue
 		case ch.subscribed:
-			leave = append(leave, name)
+			leave = m.add(leave, ch.node, name)
 		default:
 			m.deleteLocked(ch)
 		}
@@ -720,23 +765,18 @@ func (m *Mux) sync(c **conn) error {
 	}
 	m.mu.Unlock()
 
-	if len(join) > 0 && *c == nil {
-		conn, err := m.dial()
-		if err != nil {
-			m.redirty(join)
-			return err
-		}
-		*c = conn
-	}
-	for len(leave) > 0 {
-		n := min(len(leave), maxChannelsPerCommand)
-		if err := m.send(*c, false, leave[:n]); err != nil {
-			m.redirty(leave)
-			m.redirty(join)
-			return err
-		}
+	for i, b := range leave {
+		if c := cs[b.node]; c != nil {
+			if err := m.send(c, false, b.names); err != nil {
+				for _, b := range leave[i:] {
+					m.redirty(b.names)
+				}
+				m.redirty(join)
+				return c, err
+			}
+		} // else its connection is gone, and the subscriptions with it
 		m.mu.Lock()
-		for _, name := range leave[:n] {
+		for _, name := range b.names {
 			if ch := m.channels[name]; ch != nil {
 				ch.subscribed = false
 				if !ch.wanted() {
@@ -747,18 +787,45 @@ func (m *Mux) sync(c **conn) error {
 			}
 		}
 		m.mu.Unlock()
-		leave = leave[n:]
 	}
-	for len(join) > 0 {
-		n := min(len(join), maxChannelsPerCommand)
-		if err := m.send(*c, true, join[:n]); err != nil {
-			m.redirty(join)
-			return err
+
+	var joins []batch
+	for _, name := range join {
+		node := ""
+		if m.routes != nil {
+			ctx, cancel := context.WithTimeout(m.ctx, m.timeout)
+			var err error
+			node, err = m.routes.node(ctx, name)
+			cancel()
+			if err != nil {
+				m.redirty(join)
+				return nil, err
+			}
+		}
+		joins = m.add(joins, node, name)
+	}
+	for i, b := range joins {
+		c := cs[b.node]
+		if c == nil {
+			var err error
+			if c, err = m.dial(b.node, broken); err != nil {
+				for _, b := range joins[i:] {
+					m.redirty(b.names)
+				}
+				return nil, err
+			}
+			cs[b.node] = c
+		}
+		if err := m.send(c, true, b.names); err != nil {
+			for _, b := range joins[i:] {
+				m.redirty(b.names)
+			}
+			return c, err
 		}
 		m.mu.Lock()
-		for _, name := range join[:n] {
+		for _, name := range b.names {
 			if ch := m.channels[name]; ch != nil {
-				ch.subscribed = true
+				ch.subscribed, ch.node = true, b.node
 				wakeN(ch, All)
 				if !ch.wanted() {
 					m.markDirty(name) // everyone left while we were joining
@@ -766,9 +833,31 @@ func (m *Mux) sync(c **conn) error {
 			}
 		}
 		m.mu.Unlock()
-		join = join[n:]
 	}
-	return nil
+	return nil, nil
+}
+
+// A batch is channels one (S)SUBSCRIBE or (S)UNSUBSCRIBE takes: on one node, of one slot on
+// a Cluster (a shard command's channels must share it), and at most maxChannelsPerCommand.
+type batch struct {
+	node  string
+	slot  int
+	names []string
+}
+
+// add puts name, on node, in the batches bs.
+func (m *Mux) add(bs []batch, node, name string) []batch {
+	slot := -1
+	if m.routes != nil {
+		slot = int(keyslot.Of(name))
+	}
+	for i := range bs {
+		if b := &bs[i]; b.node == node && b.slot == slot && len(b.names) < maxChannelsPerCommand {
+			b.names = append(b.names, name)
+			return bs
+		}
+	}
+	return append(bs, batch{node: node, slot: slot, names: []string{name}})
 }
 
 func (m *Mux) redirty(names []string) {
@@ -780,10 +869,8 @@ func (m *Mux) redirty(names []string) {
 }
 
 // send issues one (S)SUBSCRIBE or (S)UNSUBSCRIBE; rueidis returns once the server has
-// confirmed every channel in it. Should rueidis panic on the command (its cluster client
-// does on a command for another slot than the connection's; New keeps a Sharded Mux off a
-// Cluster client so that none is sent), the panic is an error: this goroutine is no
-// caller's to recover.
+// confirmed every channel in it. Should rueidis panic on the command, the panic is an
+// error: this goroutine is no caller's to recover.
 func (m *Mux) send(c *conn, join bool, names []string) (err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"time"
@@ -30,21 +31,26 @@ const DefaultWatchdogTimeout = 30 * time.Second
 
 // PubSubMode selects the commands used to publish and subscribe to release messages. It must
 // match what the other processes sharing the locks use (Redisson: sharded only in cluster
-// mode on Redis 7+, when shardedSubscriptionMode is AUTO or ON).
+// mode on Redis 7+, when shardedSubscriptionMode is AUTO, its default, or ON).
 type PubSubMode int
 
 const (
-	// PubSubPlain publishes with PUBLISH and listens with SUBSCRIBE. The default, and what
-	// Redisson uses with a single server, Sentinel or replicated servers.
-	PubSubPlain PubSubMode = iota
-	// PubSubSharded publishes with SPUBLISH and listens with SSUBSCRIBE (Redis 7+). Not yet
-	// on a Cluster client, where each shard channel must be subscribed on its slot's node:
-	// New refuses it there.
+	// PubSubAuto, the default, is PubSubSharded on a Cluster of Redis 7 or later, as
+	// Redisson's default is, and PubSubPlain elsewhere. New asks a Cluster's nodes their
+	// version; one that cannot be asked then is taken to run Redis 7 or later.
+	PubSubAuto PubSubMode = iota
+	// PubSubPlain publishes with PUBLISH and listens with SUBSCRIBE: what Redisson uses with a
+	// single server, Sentinel or replicated servers.
+	PubSubPlain
+	// PubSubSharded publishes with SPUBLISH and listens with SSUBSCRIBE (Redis 7+); on a
+	// Cluster, each channel on the master serving its slot.
 	PubSubSharded
 )
 
 func (m PubSubMode) String() string {
 	switch m {
+	case PubSubAuto:
+		return "auto"
 	case PubSubPlain:
 		return "plain"
 	case PubSubSharded:
@@ -106,8 +112,7 @@ type Client struct {
 
 // New returns a Client on rdb, which may be a standalone, Sentinel or Cluster rueidis client.
 // On a Cluster client every name's keys must share a hash slot: a name with a '{' but no
-// hash tag is reported by its handle's methods (ErrInvalidArgument), and PubSubSharded is
-// refused.
+// hash tag is reported by its handle's methods (ErrInvalidArgument).
 // Close the Client before rdb; the Client never closes rdb. Should rdb be closed first,
 // waiting calls return an error wrapping rueidis.ErrClosing as soon as any request of the
 // Client (a renewal included) finds it closed, which wakes them to re-check, and at their
@@ -117,7 +122,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, invalid("client", "must not be nil")
 	}
-	cfg := config{watchdogTimeout: DefaultWatchdogTimeout, log: zap.NewNop(), mode: PubSubPlain,
+	cfg := config{watchdogTimeout: DefaultWatchdogTimeout, log: zap.NewNop(), mode: PubSubAuto,
 		maxHandoff: DefaultLocalHandoff, retryBudget: DefaultRetryBudget, leaveGrace: leaveGrace}
 	for i, opt := range opts {
 		if opt == nil {
@@ -128,10 +133,11 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		}
 	}
 	cluster := rdb.Mode() == rueidis.ClientModeCluster
-	if cluster && cfg.mode == PubSubSharded {
-		// Every SSUBSCRIBE must go to its channel's node, which one subscriber connection
-		// cannot do.
-		return nil, invalid("pub/sub mode", "%v is not supported on a Cluster client yet; use PubSubPlain", cfg.mode)
+	if cfg.mode == PubSubAuto {
+		cfg.mode = PubSubPlain
+		if cluster && shardedPubSub(rdb) {
+			cfg.mode = PubSubSharded
+		}
 	}
 	if cfg.id == "" {
 		cfg.id = uuid.NewString()
@@ -320,4 +326,22 @@ func (c *Client) renewed(res rueidis.RedisResult, confirmed int64) watchdog.Resu
 		held[j] = v == 1
 	}
 	return watchdog.Result{Held: held}
+}
+
+// shardedPubSub reports whether the Cluster rdb has sharded pub/sub (Redis 7 or later),
+// asking one node at most for a second: yes if none answers.
+func shardedPubSub(rdb rueidis.Client) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := rdb.Do(ctx, rdb.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return true
+	}
+	_, v, ok := strings.Cut(info, "redis_version:")
+	if !ok {
+		return true
+	}
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	return err != nil || n >= 7
 }

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // On a Cluster, a name with its own hash tag works for every primitive: all its keys share
 // the tag's slot, and a countdown latch's channel — Redisson's, in another slot — is no key
-// of its scripts.
+// of its scripts. With sharded pub/sub (the default on a Cluster), that channel cannot be
+// published on from the latch's scripts: such a latch is refused before any call, with an
+// error saying why.
 func TestClusterNameWithHashTagWorks(t *testing.T) {
 	t.Parallel()
 	b := redistest.Cluster(t)
@@ -22,13 +25,22 @@ func TestClusterNameWithHashTagWorks(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 	ctx := testCtx(t, 20*time.Second)
+	if _, err := c.CountDownLatch("{job}:latch").TrySetCount(ctx, 1); !errors.Is(err, ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "PubSubPlain") {
+		t.Errorf("a latch whose channel is in another slot, with sharded pub/sub: %v, want ErrInvalidArgument saying why", err)
+	}
+	plain, err := New(redistest.ClusterClient(t, b.Addr), WithPubSubMode(PubSubPlain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plain.Close() })
 
-	latch := c.CountDownLatch("{job}:latch")
+	latch := plain.CountDownLatch("{job}:latch")
 	if ok, err := latch.TrySetCount(ctx, 2); !ok || err != nil {
 		t.Fatalf("TrySetCount: %v, %v", ok, err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.CountDownLatch("{job}:latch").Await(ctx) }()
+	go func() { done <- plain.CountDownLatch("{job}:latch").Await(ctx) }()
 	must(t, latch.CountDown(ctx))
 	must(t, latch.CountDown(ctx))
 	if err := <-done; err != nil {
@@ -92,13 +104,51 @@ func TestClusterNameWithoutHashTagIsInvalid(t *testing.T) {
 	}
 }
 
-// Sharded pub/sub is refused on a Cluster client (one subscriber connection cannot
-// subscribe on every slot's node), with an error naming the option.
-func TestClusterShardedPubSubRefused(t *testing.T) {
+// PubSubAuto, the default, is sharded pub/sub on a Cluster of Redis 7 (Redisson's default
+// there), and plain on a single server.
+func TestPubSubAuto(t *testing.T) {
 	t.Parallel()
-	b := redistest.Cluster(t)
-	_, err := New(redistest.ClusterClient(t, b.Addr), WithPubSubMode(PubSubSharded))
-	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "pub/sub mode") {
-		t.Fatalf("New with PubSubSharded on a Cluster client: %v, want ErrInvalidArgument naming the pub/sub mode", err)
+	for _, tt := range []struct {
+		b    *redistest.Backend
+		rdb  func(*redistest.Backend) rueidis.Client
+		want string
+	}{
+		{redistest.Cluster(t), func(b *redistest.Backend) rueidis.Client { return redistest.ClusterClient(t, b.Addr) }, "SPUBLISH"},
+		{redistest.Redis(t), func(b *redistest.Backend) rueidis.Client { return b.Client(t) }, "PUBLISH"},
+	} {
+		c, err := New(tt.rdb(tt.b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.publishCmd != tt.want {
+			t.Errorf("%s: publishes with %s, want %s", tt.b.Addr, c.publishCmd, tt.want)
+		}
+		c.Close()
+	}
+}
+
+// On the shared Cluster (3 masters), the default is sharded pub/sub: a waiter's channel is
+// subscribed on the master serving its name, with SSUBSCRIBE, and a release there wakes it.
+func TestClusterShardedWaitersOnEveryMaster(t *testing.T) {
+	t.Parallel()
+	b := topologies.Cluster(t)
+	holder, rdb := newClientOn(t, b)
+	waiter, _ := newClientOn(t, b)
+	ctx := testCtx(t, 20*time.Second)
+	for _, name := range namesOnShards(t, b, "sharded", len(b.Shards())) {
+		l := holder.Lock(name)
+		must(t, l.Lock(ctx))
+		got := lockAsync(ctx, waiter.Lock(name))
+		ch := waitChannel(waiter, name)
+		eventually(t, 10*time.Second, "the waiter's channel subscribed", func() bool { return waiter.mux.Subscribed(ch) })
+		shard, err := rdb.Do(ctx, rdb.B().PubsubShardnumsub().Channel(ch).Build()).AsIntMap()
+		if err != nil || shard[ch] != 1 {
+			t.Fatalf("%s: SHARDNUMSUB %v, %v; want 1", name, shard, err)
+		}
+		must(t, l.Unlock(ctx))
+		wantResult(t, name+": the waiter", got, 10*time.Second)
+		if _, err := waiter.Lock(name).ForceUnlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

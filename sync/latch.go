@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 
+	"github.com/latchkey/latchkey/internal/keyslot"
 	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
@@ -42,6 +43,12 @@ type CountDownLatch struct {
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	l := &CountDownLatch{channel: names.LatchChannel(name)}
 	l.p.init(c, name, "countdown latch")
+	if l.p.err == nil && c.cluster && c.publishCmd == "SPUBLISH" && keyslot.Of(l.channel) != keyslot.Of(name) {
+		// A script may only SPUBLISH on a channel of its own node's slots.
+		l.p.err = invalid("name", "%q has a hash tag of its own, so Redisson's channel for it (%s) is in another "+
+			"slot, which a Cluster's sharded pub/sub cannot publish on from the latch's scripts: use a name without "+
+			"a hash tag, or WithPubSubMode(PubSubPlain)", name, l.channel)
+	}
 	return l
 }
 

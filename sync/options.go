@@ -211,12 +211,11 @@ func WithClientID(id string) Option {
 	}
 }
 
-// WithPubSubMode selects plain or sharded pub/sub. Default PubSubPlain. New refuses
-// PubSubSharded on a Cluster client (see PubSubSharded).
+// WithPubSubMode selects plain or sharded pub/sub (see PubSubMode). Default PubSubAuto.
 func WithPubSubMode(mode PubSubMode) Option {
 	return func(c *config) error {
-		if mode != PubSubPlain && mode != PubSubSharded {
-			return invalid("pub/sub mode", "must be PubSubPlain or PubSubSharded, got %v", mode)
+		if mode != PubSubAuto && mode != PubSubPlain && mode != PubSubSharded {
+			return invalid("pub/sub mode", "must be PubSubAuto, PubSubPlain or PubSubSharded, got %v", mode)
 		}
 		c.mode = mode
 		return nil

@@ -557,6 +557,9 @@ func (m *Mux) onSubscription(s rueidis.PubSubSubscription) {
 	if ch := m.channels[s.Channel]; ch != nil && ch.subscribed && ch.wanted() {
 		ch.subscribed = false
 		m.markDirty(s.Channel)
+		if m.routes != nil {
+			m.routes.stale() // its slot went to another master
+		}
 	}
 }
 

@@ -36,8 +36,9 @@ type PubSubMode int
 
 const (
 	// PubSubAuto, the default, is PubSubSharded on a Cluster of Redis 7 or later, as
-	// Redisson's default is, and PubSubPlain elsewhere. New asks a Cluster's nodes their
-	// version; one that cannot be asked then is taken to run Redis 7 or later.
+	// Redisson's default is, and PubSubPlain elsewhere. New asks a Cluster its version (for
+	// a second at most); one that does not say is given plain pub/sub, which every version
+	// has.
 	PubSubAuto PubSubMode = iota
 	// PubSubPlain publishes with PUBLISH and listens with SUBSCRIBE: what Redisson uses with a
 	// single server, Sentinel or replicated servers.
@@ -328,20 +329,17 @@ func (c *Client) renewed(res rueidis.RedisResult, confirmed int64) watchdog.Resu
 	return watchdog.Result{Held: held}
 }
 
-// shardedPubSub reports whether the Cluster rdb has sharded pub/sub (Redis 7 or later),
-// asking one node at most for a second: yes if none answers.
+// shardedPubSub reports whether the Cluster rdb says it runs Redis 7 or later, which has
+// sharded pub/sub, asking a node for a second at most.
 func shardedPubSub(rdb rueidis.Client) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	info, err := rdb.Do(ctx, rdb.B().Info().Section("server").Build()).ToString()
 	if err != nil {
-		return true
+		return false
 	}
 	_, v, ok := strings.Cut(info, "redis_version:")
-	if !ok {
-		return true
-	}
 	major, _, _ := strings.Cut(v, ".")
 	n, err := strconv.Atoi(major)
-	return err != nil || n >= 7
+	return ok && err == nil && n >= 7
 }

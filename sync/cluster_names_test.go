@@ -105,7 +105,8 @@ func TestClusterNameWithoutHashTagIsInvalid(t *testing.T) {
 }
 
 // PubSubAuto, the default, is sharded pub/sub on a Cluster of Redis 7 (Redisson's default
-// there), and plain on a single server.
+// there), and plain on a single server — and on a Cluster that does not say its version
+// (miniredis, which rueidis takes for a Cluster as it answers CLUSTER SLOTS).
 func TestPubSubAuto(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -115,6 +116,17 @@ func TestPubSubAuto(t *testing.T) {
 	}{
 		{redistest.Cluster(t), func(b *redistest.Backend) rueidis.Client { return redistest.ClusterClient(t, b.Addr) }, "SPUBLISH"},
 		{redistest.Redis(t), func(b *redistest.Backend) rueidis.Client { return b.Client(t) }, "PUBLISH"},
+		{redistest.Miniredis(t), func(b *redistest.Backend) rueidis.Client {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{b.Addr}, DisableCache: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Mode() != rueidis.ClientModeCluster {
+				t.Fatalf("rueidis made a %s client of miniredis, not a Cluster one", c.Mode())
+			}
+			t.Cleanup(c.Close)
+			return c
+		}, "PUBLISH"},
 	} {
 		c, err := New(tt.rdb(tt.b))
 		if err != nil {

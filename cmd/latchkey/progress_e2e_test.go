@@ -207,8 +207,53 @@ func TestRunCommandOwnsTerminal(t *testing.T) {
 		_, _ = io.WriteString(tty, "exit\n")
 		_ = sh.Wait()
 	})
-	if exists(t, rdb, "tty") {
-		t.Error("the lock is still held")
+	t.Run("Ctrl-Z", func(t *testing.T) {
+		// From an interactive shell: Ctrl-Z stops the job — the command and latchkey — and
+		// the shell says so and prompts; fg continues it, with the terminal the command's
+		// again, and the lock still held.
+		ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
+		defer cancel()
+		sh := exec.CommandContext(ctx, "bash", "--norc", "--noprofile", "-i")
+		sh.Env = append(os.Environ(), envRedisURL+"="+url, "PS1=$ ")
+		tty, err := pty.StartWithSize(sh, &pty.Winsize{Rows: 24, Cols: 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tty.Close() }()
+		out := &syncBuffer{}
+		go func() { _, _ = io.Copy(out, tty) }()
+		line := binary + ` run --lock tty-stop -- sh -c 'echo rea""dy; read line; echo "got $line"'` + "\n"
+		if _, err := io.WriteString(tty, line); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, e2eTimeout, "the command started", contains(out, "ready"))
+		if _, err := io.WriteString(tty, "\x1a"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, e2eTimeout, "the shell's word that the job stopped, and its prompt", func() error {
+			if _, after, ok := strings.Cut(out.String(), "Stopped"); !ok || !strings.Contains(after, "$ ") {
+				return fmt.Errorf("no job stopped, or no prompt after it, in %q", out.String())
+			}
+			return nil
+		})
+		if !exists(t, rdb, "tty-stop") {
+			t.Error("the lock was released as the job stopped")
+		}
+		if _, err := io.WriteString(tty, `fg; echo "sta""tus=$?"`+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(tty, "hello\n"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, e2eTimeout, "the command's line read, and its status", contains(out, "status=0"))
+		if !strings.Contains(out.String(), "got hello") {
+			t.Errorf("terminal %q: want the command to read the line after fg", out.String())
+		}
+		_, _ = io.WriteString(tty, "exit\n")
+		_ = sh.Wait()
+	})
+	if exists(t, rdb, "tty") || exists(t, rdb, "tty-stop") {
+		t.Error("a lock is still held")
 	}
 }
 

@@ -26,7 +26,8 @@ whatever the cause. The lease is renewed every third of --lease while CMD runs, 
 latchkey killed with -9 frees the lock at most --lease later, and CMD dies with it, with
 everything it started (in its process group). CMD runs in a process group of its own: signals sent to latchkey (INT,
 TERM, HUP, QUIT, USR1, USR2) are passed on to it, and on a terminal it has the foreground
-(it reads the terminal and gets Ctrl-C). Should the lease be lost while CMD runs (the key
+(it reads the terminal and gets Ctrl-C; Ctrl-Z stops the job, latchkey with CMD, and fg
+continues it — meanwhile the lease is not renewed). Should the lease be lost while CMD runs (the key
 deleted, Redis unreachable for longer than the lease), CMD gets SIGTERM, and SIGKILL after
 --grace.
 

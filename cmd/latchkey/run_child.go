@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // child is the command run runs, under its guard (see guard), in a process group of its
@@ -95,8 +97,51 @@ func guard(args []string, stderr io.Writer) int {
 	return code
 }
 
-// signal sends sig to the command's process group (the guard takes it and does nothing). A group already gone is no error: the
-// command has exited and its Wait is about to say so.
+// stops reports each time the guard stops: Ctrl-Z on the terminal stops the command's whole
+// group. It ends once the guard is reaped (its Wait).
+func (c *child) stops() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	go func() {
+		for {
+			var info unix.Siginfo
+			if err := unix.Waitid(unix.P_PID, c.cmd.Process.Pid, &info, unix.WSTOPPED, nil); err != nil {
+				if err == unix.EINTR {
+					continue
+				}
+				return
+			}
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return ch
+}
+
+// suspend does what a shell expects of a job whose command Ctrl-Z stopped: latchkey takes
+// the terminal back and stops too, so that the shell sees its job stopped. Continued (fg),
+// it gives the command the terminal again, and continues it; continued in the background
+// (bg), it continues it there. Meanwhile nothing renews the lease: a job stopped longer
+// than it loses the lock, and its command is ended once continued.
+func (c *child) suspend() {
+	restoreForeground(c.tty)
+	signal.Ignore(syscall.SIGTTOU) // restoreForeground resets it; the command is not done
+	// A stop takes hold of every thread soon, not at once: what follows waits for the
+	// continue, not merely for the stop's sending.
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	_ = syscall.Kill(0, syscall.SIGSTOP) // latchkey's own process group: the shell's job
+	<-cont
+	if pgrp, err := unix.IoctlGetInt(c.tty, unix.TIOCGPGRP); err == nil && pgrp == syscall.Getpgrp() {
+		_ = unix.IoctlSetPointerInt(c.tty, unix.TIOCSPGRP, c.cmd.Process.Pid)
+	}
+	c.signal(syscall.SIGCONT)
+}
+
+// signal sends sig to the command's process group (the guard takes it and does nothing). A
+// group already gone is no error: the command has exited and its Wait is about to say so.
 func (c *child) signal(sig syscall.Signal) {
 	_ = syscall.Kill(-c.cmd.Process.Pid, sig)
 }
@@ -123,14 +168,18 @@ func status(err error) (int, error) {
 func (c *child) supervise(sigs <-chan os.Signal, lost <-chan struct{}, grace time.Duration, stderr io.Writer, what string) (bool, error) {
 	var kill <-chan time.Time
 	wasLost := false
+	var stops <-chan struct{}
 	if c.tty >= 0 {
 		// While the command has the terminal latchkey is in the background, where with
 		// tostop a write of its own to the terminal would stop it: it must stay free to
 		// end the command (restoreForeground resets this).
 		signal.Ignore(syscall.SIGTTOU)
+		stops = c.stops()
 	}
 	for {
 		select {
+		case <-stops:
+			c.suspend()
 		case err := <-c.done:
 			c.lifeline.Close()
 			restoreForeground(c.tty)

@@ -28,7 +28,12 @@ A free lock leaves no key behind: its kind shows as none; a fair lock shows as f
 only while it has waiters, as a plain lock otherwise. A semaphore and a countdown latch
 are both a number under the name: the kind says which only when someone waits on it, and
 is semaphore_or_latch otherwise. Times in --json are epoch milliseconds, durations
-milliseconds; a TTL of -1 means the key has none.`,
+milliseconds; a TTL of -1 means the key has none.
+
+With --watch, each print also says what the reads so far have seen of each name: the holders
+that came and went (acquisitions and releases seen), how long the holds seen to end lasted,
+and the most waiters at once ("seen" in --json). Read every --interval, these are lower
+bounds: a hold that began and ended between two reads is not seen.`,
 		examples: []string{
 			"latchkey inspect nightly-report",
 			"latchkey inspect --json batch deploy | jq '.[0].holders'",
@@ -66,12 +71,17 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("connect to Redis at %v: %w", opt.InitAddress, err)
 	}
 	defer rdb.Close()
+	seens := make([]seen, len(names))
 	show := func(ctx context.Context) error {
 		states := make([]state, 0, len(names))
-		for _, n := range names {
+		for i, n := range names {
 			st, err := readState(ctx, rdb, n)
 			if err != nil {
 				return err
+			}
+			if *watch {
+				seens[i].observe(st, time.Now())
+				st.Seen = &seens[i]
 			}
 			states = append(states, st)
 		}
@@ -81,7 +91,15 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		if *watch {
 			fmt.Fprintf(stdout, "%s\n", time.Now().Format(time.TimeOnly))
 		}
-		return writeTable(stdout, states)
+		if err := writeTable(stdout, states); err != nil {
+			return err
+		}
+		for _, st := range states {
+			if st.Seen != nil {
+				fmt.Fprintf(stdout, "seen %s: %v\n", st.Name, st.Seen)
+			}
+		}
+		return nil
 	}
 	if !*watch {
 		return show(ctx)

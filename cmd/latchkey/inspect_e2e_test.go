@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,4 +291,84 @@ func containsAll(fields, want []string) bool {
 		}
 	}
 	return true
+}
+
+// inspect --watch says what its reads have seen of a name: two holders that came and went
+// one after the other, and a Client that waited meanwhile. Each step is awaited in the
+// printed reads themselves, so that no hold falls between two reads.
+func TestInspectWatchSeen(t *testing.T) {
+	t.Parallel()
+	url, rdb := server(t)
+	a, b := dsyncClient(t, rdb), dsyncClient(t, rdb)
+	cmd := latchkeyCmd(t, url, "inspect", "--watch", "--interval", "20ms", "--json", "watched")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reads := make(chan state, 1024)
+	go func() {
+		defer close(reads)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var states []state
+			if json.Unmarshal(sc.Bytes(), &states) == nil && len(states) == 1 {
+				reads <- states[0]
+			}
+		}
+	}()
+	var last state
+	await := func(what string, cond func(state) bool) {
+		t.Helper()
+		deadline := time.After(e2eTimeout)
+		for {
+			select {
+			case st, ok := <-reads:
+				if !ok {
+					t.Fatalf("inspect --watch ended before %s", what)
+				}
+				if last = st; cond(st) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no read showed %s; the last: %+v", what, last)
+			}
+		}
+	}
+	heldBy := func(owner string) func(state) bool {
+		return func(st state) bool { return len(st.Holders) == 1 && st.Holders[0].Owner == owner }
+	}
+	ctx := context.Background()
+	await("the first read", func(state) bool { return true })
+	first := a.Lock("watched")
+	if err := first.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	await("the first holder", heldBy(first.Owner()))
+	second := b.Lock("watched")
+	got := make(chan error, 1)
+	go func() { got <- second.Lock(ctx) }()
+	await("a Client waiting", func(st state) bool { return st.Clients == 1 })
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	await("the second holder", heldBy(second.Owner()))
+	if err := second.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	await("the lock free", func(st state) bool { return len(st.Holders) == 0 })
+	s := last.Seen
+	if s == nil || s.Acquired != 2 || s.Released != 2 || s.WaitingMax != 1 || s.ReadsHeld < 2 || s.Reads <= s.ReadsHeld {
+		t.Errorf("seen %+v, want 2 acquisitions, 2 releases, 1 waiting at most, and reads with and without a holder", s)
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	if code := exitCodeOf(t, cmd.Wait()); code != 0 {
+		t.Errorf("inspect --watch interrupted: exit status %d, want 0", code)
+	}
 }

@@ -49,6 +49,8 @@ type state struct {
 	Acquired  []permit `json:"acquired,omitempty"`        // permit semaphore: acquired permits
 	Count     *int64   `json:"count,omitempty"`           // countdown latch (or semaphore_or_latch): the number
 	Value     string   `json:"value,omitempty"`           // kind other: what TYPE said is there, unread
+
+	Seen *seen `json:"seen,omitempty"` // with inspect --watch: what the reads so far saw
 }
 
 // holder is one field of a lock hash: an owner and its holds.

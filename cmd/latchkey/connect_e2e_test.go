@@ -10,9 +10,26 @@ import (
 )
 
 // The URL forms rueidis parses reach the server as they say: an ACL user's password, a
-// Cluster, TLS.
+// Cluster, a Sentinel set, TLS.
 func TestConnectionForms(t *testing.T) {
 	t.Parallel()
+	t.Run("Sentinel", func(t *testing.T) {
+		t.Parallel()
+		b := topologies.Sentinel(t)
+		s := b.Sentinels()
+		url := "redis://" + s[0] + "?master_set=" + redistest.SentinelMaster + "&addr=" + s[1] + "&addr=" + s[2]
+		if r := latchkey(t, url, "run", "--lock", "sentinel-url", "--", "true"); r.code != 0 {
+			t.Errorf("run through the Sentinels: exit status %d; stderr:\n%s", r.code, r.stderr)
+		}
+		l := dsyncClient(t, b.Client(t)).Lock("sentinel-url")
+		if err := l.Lock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = l.Unlock(context.Background()) }()
+		if st := inspectJSON(t, url, "sentinel-url")[0]; len(st.Holders) != 1 || st.Holders[0].Owner != l.Owner() {
+			t.Errorf("inspect through the Sentinels: %+v, want the lock held by %s", st, l.Owner())
+		}
+	})
 	t.Run("TLS", func(t *testing.T) {
 		t.Parallel()
 		b := redistest.RedisTLS(t)

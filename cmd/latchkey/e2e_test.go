@@ -21,6 +21,10 @@ import (
 // binary is the latchkey command the end-to-end tests run, built once by TestMain.
 var binary string
 
+// topologies are the Cluster and the Sentinel set the tests share (see redistest.Topologies),
+// made by TestMain and closed after every test.
+var topologies *redistest.Topologies
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "latchkey-e2e-")
 	if err != nil {
@@ -34,7 +38,16 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	if topologies, err = redistest.NewTopologies(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
 	code := m.Run()
+	if err := topologies.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -164,7 +164,7 @@ func (m latchkeyMutex) unlock(ctx context.Context) error { return m.l.Unlock(ctx
 // (a random 50–250 ms).
 
 type redsyncSession struct {
-	rdb *goredislib.Client
+	rdb goredislib.UniversalClient
 	rs  *redsync.Redsync
 }
 

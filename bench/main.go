@@ -64,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.scaleLocks, "scale-locks", 1000, "locks of the waiters-at-scale scenario")
 	fs.StringVar(&only, "only", "", "run only the contenders, read-write, semaphore and latch rows whose name contains one of these comma-separated `words` "+
 		"(profiling, short runs); naming no lock contender skips floor, solo, parallel, contended and waiters at scale: "+
-		"-only RWLock runs the read-write scenario alone, -only Semaphore the semaphore scenario, -only CountDownLatch the latch fan-out, -only RedLock the quorum scenario (MultiLock, RedLock, redsync over 5 servers, WithSyncReplicas)")
+		"-only RWLock runs the read-write scenario alone, -only Semaphore the semaphore scenario, -only CountDownLatch the latch fan-out, -only RedLock the quorum scenario (MultiLock, RedLock, redsync over 5 servers, WithSyncReplicas), -only Cluster the Redis Cluster scenario")
 	fs.BoolVar(&o.cmdstats, "cmdstats", false, "print Redis INFO commandstats of each parallel, contended, read-write and semaphore run (profiling; use with -only)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each scenario's time is split into, the contenders taking turns, so drift in the machine's speed hits all alike")
 	fs.BoolVar(&o.pin, "pin", true, "run the latency scenarios (floor, solo) with this process and the redis-server it started on one CPU (Linux)")
@@ -154,8 +154,9 @@ type results struct {
 	rows    []row
 	rw      []rwRow
 	sem     []semRow
-	latch   *latchResult  // nil when not run
-	quorum  *quorumResult // nil when not run
+	latch   *latchResult   // nil when not run
+	quorum  *quorumResult  // nil when not run
+	cluster *clusterResult // nil when not run
 	started time.Time
 }
 
@@ -254,6 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	res.latch = runLatch(ctx, srv, o, stdout)
 	res.quorum = runQuorum(ctx, o, stdout)
+	res.cluster = runCluster(ctx, o, stdout)
 	overlaps, oversubscribed := res.overlaps(), res.oversubscribed()
 	fmt.Fprintln(stdout)
 	report := markdown(res)
@@ -287,6 +289,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if res.latch != nil && res.latch.err != nil {
 		return fmt.Errorf("%s failed: %w", latchName, res.latch.err)
+	}
+	if c := res.cluster; c != nil {
+		if c.err != nil {
+			return fmt.Errorf("%s failed: %w", clusterName, c.err)
+		}
+		for _, p := range c.par {
+			if p.err != nil {
+				return fmt.Errorf("%s parallel on %s failed: %w", clusterName, p.name, p.err)
+			}
+		}
+		for _, r := range c.rows {
+			if r.err != nil {
+				return fmt.Errorf("%s on the Cluster failed: %w", r.c.name, r.err)
+			}
+		}
 	}
 	if q := res.quorum; q != nil {
 		if q.err != nil {
@@ -358,6 +375,15 @@ func (res *results) overlaps() []string {
 		for _, cr := range r.contended {
 			if cr.overlaps > 0 {
 				out = append(out, fmt.Sprintf("%s: %d overlaps at %v", r.c.name, cr.overlaps, cr.scenario))
+			}
+		}
+	}
+	if res.cluster != nil {
+		for _, r := range res.cluster.rows {
+			for _, cr := range r.contended {
+				if cr.overlaps > 0 {
+					out = append(out, fmt.Sprintf("%s: %d overlaps at %v on the Cluster", r.c.name, cr.overlaps, cr.scenario))
+				}
 			}
 		}
 	}

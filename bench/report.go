@@ -156,6 +156,7 @@ func markdown(res *results) string {
 	section(len(res.sem) > 0, func() { semMarkdown(&b, res) })
 	section(res.latch != nil, func() { latchMarkdown(&b, *res.latch) })
 	section(res.quorum != nil, func() { quorumMarkdown(&b, *res.quorum) })
+	section(res.cluster != nil, func() { clusterMarkdown(&b, *res.cluster) })
 	return b.String()
 }
 

@@ -657,9 +657,9 @@ func (m *Mux) run() {
 }
 
 func nextBackoff(d time.Duration) time.Duration {
-	// At most a second: after a failover, waiters are told to re-check once their channels
-	// are subscribed again, and this is how late that may come.
-	const lo, hi = 20 * time.Millisecond, time.Second
+	// At most half a second: after a failover, waiters are told to re-check once their
+	// channels are subscribed again, and this is how late that may come.
+	const lo, hi = 20 * time.Millisecond, 500 * time.Millisecond
 	if d < lo {
 		return lo
 	}

@@ -226,9 +226,9 @@ func WithPubSubMode(mode PubSubMode) Option {
 // it did not run it (see WithRetryBudget).
 const DefaultRetryBudget = 10 * time.Second
 
-// WithRetryBudget sets how long a request is repeated, with backoff from 20 ms to 1 s, while
-// its reply is lost to the network or Redis refuses it without running it (LOADING, BUSY,
-// TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY). Every request is safe to repeat. A request
+// WithRetryBudget sets how long a request is repeated, with backoff from 20 ms to 500 ms,
+// while its reply is lost to the network or Redis refuses it without running it (LOADING,
+// BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, READONLY). Every request is safe to repeat. A request
 // still without a reply after it fails with ErrOutcomeUnknown (a read: with the network's
 // error). Acquisitions also stop repeating when their context ends; releases do not. It also
 // bounds every call whose context has no deadline while Redis is unreachable or hangs: no

@@ -30,8 +30,10 @@ import (
 // budget by far: it is what makes a run of an earlier release reaching Redis late change
 // nothing, and it is deleted when its owner is collected or its Client closed.
 const (
-	retryBackoff  = 20 * time.Millisecond
-	maxBackoff    = time.Second
+	retryBackoff = 20 * time.Millisecond
+	// maxBackoff is short enough that a request under way lands within half a second of a
+	// failover's end (a new master promoted, the client pointed at it).
+	maxBackoff    = 500 * time.Millisecond
 	unlockLatch   = 5 * time.Minute
 	unlockLatchMs = "300000" // unlockLatch, as scripts take it
 	// settleMargin is how long before its mark may expire a request of unknown outcome is

@@ -3,6 +3,8 @@ package sync
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,4 +184,78 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// A hold whose write the replicas never got is lost with the master: here the replicas are
+// cut off (REPLICAOF an address nobody serves) as a lock is taken, and the master killed.
+// Without replica confirmation the lock is then held twice — taken again on the new master
+// while its first holder still believes it holds — until the first holder's next renewal
+// finds its hold gone and its Lost closes: that window is measured. With
+// WithSyncReplicas(1, …) the same acquisition is refused (ErrNotReplicated) and given back:
+// no one believes a hold the replicas do not have.
+func TestFailoverLostWrite(t *testing.T) {
+	t.Parallel()
+	topos, err := redistest.NewTopologies(redistest.WithNodeTimeout(failoverNodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := topos.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	b := topos.Sentinel(t)
+	ctx := testCtx(t, 120*time.Second)
+	sh := b.Shards()[0]
+	const lease = 6 * time.Second // renewed every 2 s
+	first, _ := newClientOn(t, b, WithWatchdogTimeout(lease))
+	confirmed, _ := newClientOn(t, b, WithWatchdogTimeout(lease), WithSyncReplicas(1, 300*time.Millisecond))
+	second, _ := newClientOn(t, b)
+	// The replicas follow a master nobody serves: nothing the master writes reaches them.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	for _, r := range sh.Replicas {
+		rc := redistest.ClientFor(t, r)
+		if err := rc.Do(ctx, rc.B().Replicaof().Host(host).Port(mustAtoi(t, port)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	name := topoName(t, "lost-write")
+	if err := confirmed.Lock(name).Lock(ctx); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("an acquisition no replica confirmed: %v, want ErrNotReplicated", err)
+	}
+	held := first.Lock(name)
+	must(t, held.Lock(ctx)) // on the master only
+	must(t, b.Kill(sh.Master))
+	if _, err := b.Promoted(ctx, sh); err != nil {
+		t.Fatalf("no replica took over: %v", err)
+	}
+	again := second.Lock(name)
+	must(t, again.Lock(ctx)) // the new master never had the first hold
+	twice := time.Now()
+	select {
+	case <-held.Lost():
+		t.Logf("held twice for %v: from the second acquisition to the first holder's Lost (lease %v, renewed every %v)",
+			time.Since(twice).Round(time.Millisecond), lease, lease/3)
+	case <-ctx.Done():
+		t.Fatal("the first holder never learned that its hold was gone")
+	}
+	if held.Valid() {
+		t.Error("the lost hold is still valid")
+	}
+	must(t, again.Unlock(ctx))
+}
+
+func mustAtoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

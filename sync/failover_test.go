@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -51,7 +52,7 @@ func TestFailover(t *testing.T) {
 }
 
 func failover(t *testing.T, b *redistest.Backend) {
-	ctx := testCtx(t, 40*time.Second)
+	ctx := testCtx(t, 90*time.Second)
 	// Leases of 15 s, renewed every 5 s: they outlast the failover (some 5 s).
 	const lease = 15 * time.Second
 	holderC, rdb := newClientOn(t, b, WithWatchdogTimeout(lease))
@@ -173,6 +174,42 @@ func failover(t *testing.T, b *redistest.Backend) {
 	} else {
 		t.Logf("%s: the lock held through the outage kept its lease, renewed on the new master", b.Name)
 	}
+	if b.Name == redistest.NameCluster {
+		handOver(t, ctx, b, holderC, waiterC)
+	}
+}
+
+// handOver moves another shard's slots to its replica by a manual failover (CLUSTER
+// FAILOVER: no write lost, the old master a replica now), with a lock of that shard held
+// and a waiter on it: the master drops the waiter's shard channel, which its Client
+// subscribes again on the new one, where the release wakes it.
+func handOver(t *testing.T, ctx context.Context, b *redistest.Backend, holderC, waiterC *Client) {
+	sh := b.Shards()[1]
+	var name string
+	for name == "" {
+		if n := topoName(t, "handover"); sh.Serves(n) {
+			name = n
+		}
+	}
+	l := holderC.Lock(name)
+	must(t, l.Lock(ctx))
+	got := lockAsync(ctx, waiterC.Lock(name))
+	ch := waitChannel(waiterC, name)
+	eventually(t, 10*time.Second, "the waiter subscribed", func() bool { return waiterC.mux.Subscribed(ch) })
+	replica := redistest.ClientFor(t, sh.Replicas[0])
+	must(t, replica.Do(ctx, replica.B().ClusterFailover().Build()).Error())
+	if promoted, err := b.Promoted(ctx, sh); err != nil || promoted != sh.Replicas[0] {
+		t.Fatalf("the manual failover: %s promoted, %v; want %s", promoted, err, sh.Replicas[0])
+	}
+	moved := redistest.ClientFor(t, sh.Replicas[0])
+	eventually(t, 10*time.Second, "the waiter's channel subscribed on the new master", func() bool {
+		n, err := moved.Do(ctx, moved.B().PubsubShardnumsub().Channel(ch).Build()).AsIntMap()
+		return err == nil && n[ch] == 1
+	})
+	must(t, l.Unlock(ctx))
+	released := time.Now()
+	wantResult(t, "the waiter after the hand-over", got, failoverServeBound)
+	t.Logf("%s: after a manual failover, the waiter was served %v after the release", b.Name, time.Since(released).Round(time.Millisecond))
 }
 
 // failoverServeBound is how soon after a lock is free again on a new master its waiters

@@ -39,9 +39,15 @@ func (m *Mux) run() {
 		lost    bool // a connection broke, or a subscribe failed, since the last success
 		retry   = time.NewTimer(time.Hour)
 		linger  = time.NewTimer(time.Hour) // the earliest lingering channel is due
+		reroute <-chan time.Time           // a Cluster's: time to check the channels' masters
 	)
 	retry.Stop()
 	linger.Stop()
+	if m.routes != nil {
+		t := time.NewTicker(routeCheck)
+		defer t.Stop()
+		reroute = t.C
+	}
 	defer func() {
 		for _, c := range cs {
 			c.dc.Close()
@@ -62,6 +68,8 @@ func (m *Mux) run() {
 		case <-m.kick:
 		case <-retry.C:
 		case <-linger.C:
+		case <-reroute:
+			m.reroute(cs)
 		case b := <-broken:
 			if cs[b.c.node] != b.c {
 				continue // one dropped already
@@ -148,13 +156,21 @@ func (m *Mux) resetNode(node string) {
 	}
 }
 
-// dial connects to node ("": the client's one connection), reporting its end on broken.
-func (m *Mux) dial(node string, broken chan<- breakage) (*conn, error) {
+// dial connects to node ("": the client's one connection), which serves channel, reporting
+// its end on broken.
+func (m *Mux) dial(node, channel string, broken chan<- breakage) (*conn, error) {
 	client := m.client
 	if node != "" {
 		if client = m.client.Nodes()[node]; client == nil {
-			m.routes.stale()
-			return nil, fmt.Errorf("pubsub: the client knows no node %s", node)
+			// A master the client has not met yet (a replica promoted): a read of the
+			// channel's slot through the client has it learn the Cluster again.
+			ctx, cancel := context.WithTimeout(m.ctx, m.timeout)
+			_ = m.client.Do(ctx, m.client.B().Exists().Key(channel).Build()).Error()
+			cancel()
+			if client = m.client.Nodes()[node]; client == nil {
+				m.routes.stale()
+				return nil, fmt.Errorf("pubsub: the client knows no node %s", node)
+			}
 		}
 	}
 	dc, _ := client.Dedicate() // closed, not released: a pooled connection must not keep our hooks
@@ -261,7 +277,7 @@ func (m *Mux) sync(cs map[string]*conn, broken chan<- breakage) (*conn, error) {
 		c := cs[b.node]
 		if c == nil {
 			var err error
-			if c, err = m.dial(b.node, broken); err != nil {
+			if c, err = m.dial(b.node, b.names[0], broken); err != nil {
 				for _, b := range joins[i:] {
 					m.redirty(b.names)
 				}
@@ -298,19 +314,23 @@ type batch struct {
 	names []string
 }
 
-// add puts name, on node, in the batches bs.
-func (m *Mux) add(bs []batch, node, name string) []batch {
-	slot := -1
-	if m.routes != nil {
-		slot = int(keyslot.Of(name))
-	}
-	for i := range bs {
-		if b := &bs[i]; b.node == node && b.slot == slot && len(b.names) < maxChannelsPerCommand {
-			b.names = append(b.names, name)
-			return bs
+// add puts names, on node, in the batches bs.
+func (m *Mux) add(bs []batch, node string, names ...string) []batch {
+next:
+	for _, name := range names {
+		slot := -1
+		if m.routes != nil {
+			slot = int(keyslot.Of(name))
 		}
+		for i := range bs {
+			if b := &bs[i]; b.node == node && b.slot == slot && len(b.names) < maxChannelsPerCommand {
+				b.names = append(b.names, name)
+				continue next
+			}
+		}
+		bs = append(bs, batch{node: node, slot: slot, names: []string{name}})
 	}
-	return append(bs, batch{node: node, slot: slot, names: []string{name}})
+	return bs
 }
 
 func (m *Mux) redirty(names []string) {
@@ -345,4 +365,54 @@ func (m *Mux) send(c *conn, join bool, names []string) (err error) {
 		cmd = b.Unsubscribe().Channel(names...).Build()
 	}
 	return c.dc.Do(ctx, cmd).Error()
+}
+
+// routeCheck is how often a Sharded Mux of a Cluster checks that its channels are
+// subscribed on the masters serving their slots: a master that hands its slots over (a
+// manual failover) may not tell its subscribers.
+const routeCheck = 2 * time.Second
+
+// reroute reads the slot map again and moves every channel subscribed on a node that no
+// longer serves its slot: unsubscribed there, and subscribed again by the next sync.
+func (m *Mux) reroute(cs map[string]*conn) {
+	m.mu.Lock()
+	on := make(map[string]string) // subscribed channel → its node
+	for name, ch := range m.channels {
+		if ch.subscribed {
+			on[name] = ch.node
+		}
+	}
+	m.mu.Unlock()
+	if len(on) == 0 {
+		return
+	}
+	m.routes.stale()
+	moved := map[string][]string{} // old node → channels
+	for name, node := range on {
+		ctx, cancel := context.WithTimeout(m.ctx, m.timeout)
+		now, err := m.routes.node(ctx, name)
+		cancel()
+		if err != nil {
+			return // the next check, or a failure of the connection, tries again
+		}
+		if now != node {
+			moved[node] = append(moved[node], name)
+		}
+	}
+	for node, names := range moved {
+		if c := cs[node]; c != nil {
+			for _, b := range m.add(nil, node, names...) {
+				_ = m.send(c, false, b.names) // a node that no longer serves them may refuse
+			}
+		}
+		m.mu.Lock()
+		for _, name := range names {
+			if ch := m.channels[name]; ch != nil && ch.subscribed && ch.node == node {
+				ch.subscribed = false
+				m.markDirty(name)
+			}
+		}
+		m.mu.Unlock()
+		m.log.Info("pubsub channels moved to the masters now serving their slots", zap.String("from", node), zap.Int("channels", len(names)))
+	}
 }

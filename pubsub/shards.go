@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/latchkey/latchkey/internal/keyslot"
 	"github.com/redis/rueidis"
@@ -56,7 +57,11 @@ func (r *routes) node(ctx context.Context, channel string) (string, error) {
 func readSlots(ctx context.Context, c rueidis.Client) ([]string, error) {
 	var errs []error
 	for addr, node := range c.Nodes() {
-		ranges, err := node.Do(ctx, node.B().ClusterSlots().Build()).ToArray()
+		// A node down (a failed master the client still knows) may hang rather than refuse:
+		// it gets a share of ctx, not all of it.
+		nctx, cancel := context.WithTimeout(ctx, time.Second)
+		ranges, err := node.Do(nctx, node.B().ClusterSlots().Build()).ToArray()
+		cancel()
 		if err == nil {
 			return slotMap(addr, ranges)
 		}

@@ -18,6 +18,22 @@ import (
 // long enough that a loaded machine's stall fails nothing over before it.
 const failoverNodeTimeout = 3 * time.Second
 
+// failoverTopologies are a Cluster and a Sentinel set of the test's own, which fail a
+// master over failoverNodeTimeout after it stops answering; closed when the test ends.
+func failoverTopologies(t *testing.T) *redistest.Topologies {
+	t.Helper()
+	topos, err := redistest.NewTopologies(redistest.WithNodeTimeout(failoverNodeTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := topos.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return topos
+}
+
 // When a master dies (kill -9) holding locks with waiters on them — on a Cluster and on a
 // Sentinel set, each of the test's own — and a replica takes over:
 //   - a lock released during the outage: the release completes or reports
@@ -31,15 +47,7 @@ const failoverNodeTimeout = 3 * time.Second
 // The figures (kill to promotion, promotion to the first waiter served) are logged.
 func TestFailover(t *testing.T) {
 	t.Parallel()
-	topos, err := redistest.NewTopologies(redistest.WithNodeTimeout(failoverNodeTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := topos.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	topos := failoverTopologies(t)
 	for _, topo := range []struct {
 		name string
 		get  func(testing.TB) *redistest.Backend
@@ -232,15 +240,7 @@ func maxTime(a, b time.Time) time.Time {
 // no one believes a hold the replicas do not have.
 func TestFailoverLostWrite(t *testing.T) {
 	t.Parallel()
-	topos, err := redistest.NewTopologies(redistest.WithNodeTimeout(failoverNodeTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := topos.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	topos := failoverTopologies(t)
 	b := topos.Sentinel(t)
 	ctx := testCtx(t, 120*time.Second)
 	sh := b.Shards()[0]

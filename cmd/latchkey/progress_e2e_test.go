@@ -180,17 +180,7 @@ func TestRunCommandOwnsTerminal(t *testing.T) {
 		// background while the command has the terminal, is then not orphaned, and with
 		// tostop a write of its own to the terminal would stop it. It must still end the
 		// command when the lease is lost, and say so.
-		ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
-		defer cancel()
-		sh := exec.CommandContext(ctx, "bash", "--norc", "--noprofile", "-i")
-		sh.Env = append(os.Environ(), envRedisURL+"="+url, "PS1=$ ")
-		tty, err := pty.StartWithSize(sh, &pty.Winsize{Rows: 24, Cols: 200})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tty.Close() }()
-		out := &syncBuffer{}
-		go func() { _, _ = io.Copy(out, tty) }()
+		tty, out := interactiveShell(t, url)
 		line := binary + ` run --lock tty-lost --lease 3s -- sh -c 'stty tostop; echo rea""dy; while :; do sleep 0.1; done'; echo "status=$?"` + "\n"
 		if _, err := io.WriteString(tty, line); err != nil {
 			t.Fatal(err)
@@ -204,24 +194,12 @@ func TestRunCommandOwnsTerminal(t *testing.T) {
 		if !strings.Contains(out.String(), "was lost") {
 			t.Errorf("terminal %q: want latchkey's message that the lease was lost", out.String())
 		}
-		_, _ = io.WriteString(tty, "exit\n")
-		_ = sh.Wait()
 	})
 	t.Run("Ctrl-Z", func(t *testing.T) {
 		// From an interactive shell: Ctrl-Z stops the job — the command and latchkey — and
 		// the shell says so and prompts; fg continues it, with the terminal the command's
 		// again, and the lock still held.
-		ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
-		defer cancel()
-		sh := exec.CommandContext(ctx, "bash", "--norc", "--noprofile", "-i")
-		sh.Env = append(os.Environ(), envRedisURL+"="+url, "PS1=$ ")
-		tty, err := pty.StartWithSize(sh, &pty.Winsize{Rows: 24, Cols: 200})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tty.Close() }()
-		out := &syncBuffer{}
-		go func() { _, _ = io.Copy(out, tty) }()
+		tty, out := interactiveShell(t, url)
 		line := binary + ` run --lock tty-stop -- sh -c 'echo rea""dy; read line; echo "got $line"'` + "\n"
 		if _, err := io.WriteString(tty, line); err != nil {
 			t.Fatal(err)
@@ -249,12 +227,33 @@ func TestRunCommandOwnsTerminal(t *testing.T) {
 		if !strings.Contains(out.String(), "got hello") {
 			t.Errorf("terminal %q: want the command to read the line after fg", out.String())
 		}
-		_, _ = io.WriteString(tty, "exit\n")
-		_ = sh.Wait()
 	})
 	if exists(t, rdb, "tty") || exists(t, rdb, "tty-stop") {
 		t.Error("a lock is still held")
 	}
+}
+
+// interactiveShell starts an interactive bash on a terminal of its own, as a user's, with
+// latchkey's URL set; what it shows is in out. It exits when the test ends.
+func interactiveShell(t *testing.T, url string) (tty *os.File, out *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
+	sh := exec.CommandContext(ctx, "bash", "--norc", "--noprofile", "-i")
+	sh.Env = append(os.Environ(), envRedisURL+"="+url, "PS1=$ ")
+	tty, err := pty.StartWithSize(sh, &pty.Winsize{Rows: 24, Cols: 200})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	out = &syncBuffer{}
+	go func() { _, _ = io.Copy(out, tty) }()
+	t.Cleanup(func() {
+		_, _ = io.WriteString(tty, "exit\n")
+		_ = sh.Wait()
+		_ = tty.Close()
+		cancel()
+	})
+	return tty, out
 }
 
 // On a narrow terminal the line is cut to its width, or each redraw would wrap onto a new

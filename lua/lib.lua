@@ -335,12 +335,21 @@ local function wake_wanting(clients, wants, n, publish, except)
     end
 end
 
--- offer adds n permits (negative: takes them away) to the semaphore key; a positive total is
--- published for Redisson's waiters (see give, with a leading 0) and wakes a waiting client
--- (wake_wanting).
-local function offer(key, channel, n, publish, clients, wants)
-    local v = give(key, channel, n, publish, '0')
+-- announce tells of a semaphore's new total v: a positive one is published for Redisson's
+-- waiters (with a leading 0, which latchkey's listeners pass over: it wakes a Client here)
+-- and wakes a waiting client (wake_wanting).
+local function announce(channel, v, publish, clients, wants)
+    if v > 0 then
+        redis.call(publish, channel, '0' .. v)
+    end
     wake_wanting(clients, wants, v, publish)
+end
+
+-- offer adds n permits (negative: takes them away) to the semaphore key, and announces the
+-- total.
+local function offer(key, channel, n, publish, clients, wants)
+    local v = redis.call('incrby', key, n)
+    announce(channel, v, publish, clients, wants)
     return v
 end
 

@@ -118,7 +118,7 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLock
 }
 
 func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (p *Permits, ok bool, err error) {
-	start := time.Now()
+	start := s.p.c.obs.now()
 	defer func() { s.p.c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
 	if n < 1 || n > maxPermitsPerCall {
 		return nil, false, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)

@@ -200,7 +200,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOpt
 
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok bool, err error) {
 	c := s.p.c
-	start := time.Now()
+	start := c.obs.now()
 	defer func() { c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
 	var h *heir
 	if limit != 0 && c.maxHandoff > 0 {

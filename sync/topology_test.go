@@ -2,9 +2,9 @@ package sync
 
 import (
 	"strconv"
-	"sync/atomic"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/latchkey/latchkey/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -27,14 +27,11 @@ func newClientOn(t *testing.T, b *redistest.Backend, opts ...Option) (*Client, r
 	return c, rdb
 }
 
-// topoNames numbers the names topoName gives.
-var topoNames atomic.Int64
-
 // topoName is a name after base of test t's own, as the tests on a shared topology must not
-// meet in its data: after the test, and numbered, as a test run again (-count) finds what
-// its last run left (a fenced lock's token counter, say).
+// meet in its data: after the test, and with a random suffix, as a test run again (-count)
+// finds what its last run left (a fenced lock's token counter, say).
 func topoName(t *testing.T, base string) string {
-	return base + "@" + t.Name() + "#" + strconv.FormatInt(topoNames.Add(1), 10)
+	return base + "@" + t.Name() + "#" + uuid.NewString()[:8]
 }
 
 // ownServer reports whether b is the test's own server, whose whole data set (DBSIZE,

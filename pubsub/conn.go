@@ -237,9 +237,7 @@ func (m *Mux) sync(cs map[string]*conn, broken chan<- breakage) (*conn, error) {
 	for i, b := range leave {
 		if c := cs[b.node]; c != nil {
 			if err := m.send(c, false, b.names); err != nil {
-				for _, b := range leave[i:] {
-					m.redirty(b.names)
-				}
+				m.unfinished(leave[i:])
 				m.redirty(join)
 				return c, err
 			}
@@ -275,20 +273,17 @@ func (m *Mux) sync(cs map[string]*conn, broken chan<- breakage) (*conn, error) {
 	}
 	for i, b := range joins {
 		c := cs[b.node]
+		var err error
 		if c == nil {
-			var err error
-			if c, err = m.dial(b.node, b.names[0], broken); err != nil {
-				for _, b := range joins[i:] {
-					m.redirty(b.names)
-				}
-				return nil, err
+			if c, err = m.dial(b.node, b.names[0], broken); err == nil {
+				cs[b.node] = c
 			}
-			cs[b.node] = c
 		}
-		if err := m.send(c, true, b.names); err != nil {
-			for _, b := range joins[i:] {
-				m.redirty(b.names)
-			}
+		if err == nil {
+			err = m.send(c, true, b.names)
+		}
+		if err != nil {
+			m.unfinished(joins[i:])
 			return c, err
 		}
 		m.mu.Lock()
@@ -331,6 +326,13 @@ next:
 		bs = append(bs, batch{node: node, slot: slot, names: []string{name}})
 	}
 	return bs
+}
+
+// unfinished marks the channels of batches whose commands were not sent dirty again.
+func (m *Mux) unfinished(bs []batch) {
+	for _, b := range bs {
+		m.redirty(b.names)
+	}
 }
 
 func (m *Mux) redirty(names []string) {

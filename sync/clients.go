@@ -1,6 +1,9 @@
 package sync
 
-import "github.com/latchkey/latchkey/pubsub"
+import (
+	"github.com/latchkey/latchkey/lua"
+	"github.com/latchkey/latchkey/pubsub"
+)
 
 // waitingClients is how the waiters of a plain lock or a semaphore reach other Clients: a
 // Client with waiters registers in the zset clients (see lib.lua's wait_here), and its
@@ -43,4 +46,9 @@ func (w *waitingClients) heard(c *Client, listen, took, others bool) {
 	case !took || !others:
 		c.mux.Unforward(w.channel) // another Client listens, or this one resigned
 	}
+}
+
+// leaving is what the Client sends as its last waiter on an object gives up.
+func (c *Client) leaving() lua.Leaving {
+	return lua.Leaving{Token: c.lockToken, Publish: c.publishCmd, RegMs: c.fairWaitMs}
 }

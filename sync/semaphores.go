@@ -80,11 +80,6 @@ func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.
 	return ok, err
 }
 
-// leaving is what the Client sends as its last waiter on an object gives up.
-func (c *Client) leaving() lua.Leaving {
-	return lua.Leaving{Token: c.lockToken, Publish: c.publishCmd, RegMs: c.fairWaitMs}
-}
-
 // keys are the semaphore's keys its scripts that change permits share.
 func (s *Semaphore) keys() lua.SemKeys {
 	return lua.SemKeys{Semaphore: s.p.name, Channel: s.q.channel, Clients: s.q.clients, Wants: s.wants}

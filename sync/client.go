@@ -83,10 +83,11 @@ type Client struct {
 
 	heirs heirs // local waiters a release may hand its lock to
 
-	lockOwners  lender[*holder]    // idle owners of lock handles (see lender)
-	holders     registry[*holder]  // owners holding something (see Shutdown)
-	permitsHeld registry[*Permits] // PermitSemaphore acquisitions not yet released
-	shut        chan struct{}      // closed when Shutdown or Close begins: no more acquisitions
+	lockOwners  lender[*holder]         // idle owners of lock handles (see lender)
+	holders     registry[*holder]       // owners holding something (see Shutdown)
+	permitsHeld registry[*Permits]      // PermitSemaphore acquisitions not yet released
+	cleanups    registry[chan struct{}] // background clean-ups under way (see background)
+	shut        chan struct{}           // closed when Shutdown or Close begins: no more acquisitions
 	shutOnce    gosync.Once
 	rwOwners    lender[*rwPair] // idle owner pairs of read-write lock handles
 

@@ -205,7 +205,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 			unsettled := o.unsettled != nil
 			o.unlock()
 			if unsettled {
-				go o.c.settleLater(&o.owner, func() {})
+				o.c.settleLater(&o.owner, func() {})
 			}
 		}
 	case ok:

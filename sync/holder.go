@@ -159,7 +159,8 @@ func (o *holder) attempt(ctx context.Context, lease time.Duration, r lua.Acquire
 	if err != nil {
 		o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 		if pending != nil {
-			go o.late(pending, o.count+1) // it takes op over
+			holds := o.count + 1
+			o.c.background(func() { o.late(pending, holds) }) // it takes op over
 		}
 		return 0, false, o.wrap(err)
 	}

@@ -117,19 +117,24 @@ func (c *Client) returnLocked(o *holder, put func(*holder)) bool {
 	case holds > 0:
 		return false
 	case unsettled:
-		go c.settleLater(&o.owner, func() { o.lease.Store(nil); put(o) })
+		c.settleLater(&o.owner, func() { o.lease.Store(nil); put(o) })
 	default:
 		put(o)
 	}
 	return true
 }
 
-// settleLater repeats o's request of unknown outcome, with backoff, until Redis answers, then
-// gives o to done: an owner no call of a handle will use again has no next call to settle it,
+// settleLater repeats o's request of unknown outcome in the background (see background),
+// with backoff, until Redis answers, then gives o to done: an owner no call of a handle will use again has no next call to settle it,
 // and that call may never come, or come after the request's mark expired and act twice. It
 // gives up when the Client closes, and before the mark may expire: the outcome then stays
 // unknown for good, which it logs.
 func (c *Client) settleLater(o *owner, done func()) {
+	c.background(func() { c.settleNow(o, done) })
+}
+
+// settleNow is settleLater's background part.
+func (c *Client) settleNow(o *owner, done func()) {
 	// No call uses o (a Shutdown's release may, for a moment) — but a Reentrant handle's own
 	// owner, whose call may have settled it meanwhile.
 	_ = o.lock(context.Background())

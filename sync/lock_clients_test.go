@@ -40,7 +40,9 @@ func countAttempts(c *Client) *atomic.Int64 {
 }
 
 // lockAsync runs l.Lock in a goroutine; its result arrives on the channel.
-func lockAsync(ctx context.Context, l *Lock) <-chan error {
+func lockAsync(ctx context.Context, l interface {
+	Lock(context.Context, ...LockOption) error
+}) <-chan error {
 	got := make(chan error, 1)
 	go func() { got <- l.Lock(ctx) }()
 	return got

@@ -238,7 +238,7 @@ func (p *pool) request(ctx context.Context, req func(lua.Numbered) lua.Request) 
 	p.mu.Unlock()
 	msg, err := o.request(ctx, req)
 	if o.unsettled != nil {
-		go p.c.settleLater(o, func() { p.put(o) })
+		p.c.settleLater(o, func() { p.put(o) })
 	} else {
 		p.put(o)
 	}

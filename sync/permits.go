@@ -147,7 +147,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 		p.lease.Lose("the lease ran out before the acquire returned")
 		// A repeat of the acquire may have set a lease later than the one timed here: the
 		// permits go back rather than wait for it (the release settles in the background).
-		go func() { _, _ = s.release(context.WithoutCancel(ctx), ids) }()
+		c.background(func() { _, _ = s.release(context.WithoutCancel(ctx), ids) })
 		return nil, false, s.p.wrap(tag("lease lost: the permits' lease ran out before the acquire returned", ErrLockLost, ErrNotHeld))
 	}
 	c.permitsHeld.add(p)

@@ -40,6 +40,20 @@ func (r *registry[T]) all() []T {
 	return xs
 }
 
+// background runs f, a clean-up — a waiter's claim withdrawn, a hold the caller was not
+// given handed back, a request of unknown outcome settled — in its own goroutine, tracked
+// so that Shutdown awaits it: a process that exits after Shutdown leaves no claim or hold to
+// lapse.
+func (c *Client) background(f func()) {
+	done := make(chan struct{})
+	c.cleanups.add(done)
+	go func() {
+		defer close(done)
+		defer c.cleanups.remove(done)
+		f()
+	}()
+}
+
 // setCount sets how many holds the owner knows it has, keeping the Client's registry of
 // owners that hold something. Caller holds op.
 func (o *holder) setCount(n int) {
@@ -54,8 +68,9 @@ func (o *holder) setCount(n int) {
 }
 
 // Shutdown gives back everything the Client's handles hold — every lock hold, read or write,
-// and every PermitSemaphore acquisition — so that other processes need not wait for the
-// leases to run out, and then closes the Client as Close does. It gives back at most until
+// and every PermitSemaphore acquisition — and awaits the clean-ups under way in the
+// background (waiters' claims being withdrawn, such as a fair lock's place), so that other
+// processes need not wait for leases to run out; then it closes the Client as Close does. It gives back at most until
 // ctx ends; what it could not give back by then lapses with its lease, as at Close, and the
 // error says why. Acquisitions asked for once Shutdown has begun fail with ErrClosed. A
 // Semaphore's permits are counted, not owned: Release them before Shutdown.
@@ -74,9 +89,20 @@ func (c *Client) Shutdown(ctx context.Context) error {
 		// Again until nothing is left: a hold an acquisition took as Shutdown began (a local
 		// hand-off, a fair grant) registers once the snapshot was taken.
 		for ctx.Err() == nil {
+			cleanups := c.cleanups.all()
+			for _, done := range cleanups {
+				select {
+				case <-done:
+				case <-ctx.Done():
+					return
+				}
+			}
 			holders, permits := c.holders.all(), c.permitsHeld.all()
 			if len(holders)+len(permits) == 0 {
-				return
+				if len(cleanups) == 0 {
+					return
+				}
+				continue // a clean-up may have left a hold to give back, or started another
 			}
 			round := make([]error, len(holders)+len(permits))
 			all(len(holders), func(i int) { round[i] = holders[i].releaseAll(ctx) })

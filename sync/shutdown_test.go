@@ -3,10 +3,13 @@ package sync
 import (
 	"context"
 	"errors"
+	gosync "sync"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/redis/rueidis"
 )
 
 // Shutdown gives back every hold and permit the Client has, so that other processes take
@@ -102,5 +105,52 @@ func TestShutdownWithALocalWaiterFreesTheLock(t *testing.T) {
 		if ok, err := other.Lock(name).TryLock(ctx); !ok || err != nil {
 			t.Fatalf("another Client's TryLock after Shutdown: %v, %v (PTTL %d ms); want the lock free", ok, err, pttl(t, admin, name))
 		}
+	})
+}
+
+// Shutdown awaits the withdrawals under way in the background: a fair lock's place, which a
+// waiter whose context ended leaves while the call returns, is gone when Shutdown returns —
+// a process that exits then leaves no place to hold the queue up for a wait time.
+func TestShutdownAwaitsWithdrawals(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "shutdown:withdrawal"
+		holder, admin := newClient(t, b.Addr)
+		must(t, holder.FairLock(name).Lock(ctx))
+		leaving, release := make(chan struct{}), make(chan struct{})
+		var once gosync.Once
+		rdb := newHookedRDB(t, b.Addr)
+		rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if sha(cmd) == shaOf(lua.FairLeave{}) {
+				once.Do(func() { close(leaving) })
+				<-release // the withdrawal is slow to reach Redis
+			}
+			return rueidis.RedisResult{}, false
+		}
+		c, err := New(rdb)
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+
+		wctx, cancel := context.WithCancel(ctx)
+		waiting := lockAsync(wctx, c.FairLock(name))
+		eventually(t, waitFor, "the waiter queued", func() bool { q, _ := fairPlaces(t, admin, name); return q == 1 })
+		cancel()
+		if err := <-waiting; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiter, its context cancelled: %v, want context.Canceled", err)
+		}
+		<-leaving
+		shut := make(chan error, 1)
+		go func() { shut <- c.Shutdown(ctx) }()
+		select {
+		case err := <-shut:
+			t.Fatalf("Shutdown returned (%v) while the withdrawal of a place was under way", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(release)
+		if err := <-shut; err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		fairNoPlaces(t, admin, name, "after Shutdown")
 	})
 }

@@ -30,7 +30,7 @@ func (o *holder) withdraw(ctx context.Context, until time.Time, s lua.Request,
 	then func(msg rueidis.RedisMessage, late bool) (bool, error), after func()) (bool, error) {
 	w := &withdrawal{done: make(chan struct{})}
 	held := o.tryLock() // in the caller's order, if op is free
-	go func() {
+	o.c.background(func() {
 		defer close(w.done)
 		if after != nil {
 			defer after()
@@ -41,7 +41,7 @@ func (o *holder) withdraw(ctx context.Context, until time.Time, s lua.Request,
 		}
 		defer o.unlock()
 		w.ok, w.err = o.withdrawing(ctx, s, then, w)
-	}()
+	})
 	if d := time.Until(until); d > 0 {
 		timer := time.NewTimer(d)
 		defer timer.Stop()

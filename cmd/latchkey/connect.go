@@ -67,9 +67,17 @@ func connect(opt rueidis.ClientOption, opts ...dsync.Option) (*session, error) {
 	return &session{rdb: rdb, c: c}, nil
 }
 
-// close closes the dsync Client, then the rueidis client, as dsync.New asks.
+// closeTimeout bounds how long a command, as it ends, gives back what its Client still has
+// in Redis (a waiter's place, withdrawn as a signal ended the wait): past it, that lapses by
+// itself.
+const closeTimeout = 2 * time.Second
+
+// close shuts the dsync Client down (see Client.Shutdown), then closes the rueidis client,
+// as dsync.New asks.
 func (s *session) close() {
-	_ = s.c.Close() // Close always returns nil
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	_ = s.c.Shutdown(ctx) // what it could not give back lapses by itself
 	s.rdb.Close()
 }
 

@@ -28,6 +28,41 @@ type Acquire interface {
 	WithHolds(holds int) Call
 }
 
+// Acquired is what the reply of every Acquire's script says.
+type Acquired struct {
+	Taken bool  // the lock was acquired or re-entered
+	Token int64 // a fenced lock's token, when Taken
+	Lost  bool  // the owner knows of holds, but Redis has none of its
+	// Hint, when neither, is the ms until the state may change with no message: the holder's
+	// lease (negative: unknown, or no expiry).
+	Hint int64
+	// Listener, when neither, says the waiting attempt made its client the listener of
+	// Redisson's channel (a plain lock's).
+	Listener bool
+}
+
+// ReadAcquired reads an acquire script's reply: nil when taken, a fenced lock's {-1, token}
+// when taken, -3 when Lost, else the hint, in a one-element array for a listener.
+func ReadAcquired(msg rueidis.RedisMessage) (Acquired, error) {
+	if msg.IsNil() {
+		return Acquired{Taken: true}, nil
+	}
+	arr, err := msg.ToArray()
+	switch {
+	case err == nil && len(arr) == 2:
+		token, err := arr[1].AsInt64()
+		return Acquired{Taken: err == nil, Token: token}, err
+	case err == nil && len(arr) == 1:
+		hint, err := arr[0].AsInt64()
+		return Acquired{Hint: hint, Listener: err == nil}, err
+	}
+	hint, err := msg.AsInt64()
+	return Acquired{Hint: hint, Lost: err == nil && hint == acquireLost}, err
+}
+
+// acquireLost is the reply of an acquire that found the owner's holds gone.
+const acquireLost = -3
+
 // A Call is a script with its keys and arguments, as sent.
 type Call struct {
 	Script     *Script

@@ -119,12 +119,9 @@ type acquireOut struct {
 
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
 // release of unknown outcome, and records the hold it took with lease (0: kept by the
-// watchdog). r is the request, sent with the holds the owner knows it has under op; every
-// acquire script replies nil (or
-// a fenced lock's {-1, token}) when it took or re-entered, acquireLost when the owner knows
-// of holds but Redis has none, or else a wait hint in ms (negative: unknown) — or {hint}
-// when a plain lock's Client is the listener (lock_acquire.lua). out, if not nil, is given
-// what the reply says besides.
+// watchdog). r is the request, sent with the holds the owner knows it has under op; its
+// reply reads as lua.Acquired, and the attempt returns its hint when it did not take. out,
+// if not nil, is given what the reply says besides.
 //
 // A hold taken that too few replicas confirmed (WithSyncReplicas), or once the Client was
 // closed, is given back at once (see giveBack) and the attempt fails with an error wrapping
@@ -171,46 +168,30 @@ func (o *holder) attempt(ctx context.Context, lease time.Duration, r lua.Acquire
 	// a hand-off to this owner reaching Redis even later can still hand it over; the owner
 	// adopts that at its next re-check, or it lapses with its lease.)
 	o.unsure = false
-	taken := msg.IsNil()
-	arr, aerr := msg.ToArray()
-	if aerr == nil && len(arr) == 2 { // a fenced lock's {-1, token}
-		token, err := arr[1].AsInt64()
-		if err != nil {
-			return 0, false, o.wrap(err)
-		}
-		if out != nil {
-			out.token = token
-		}
-		taken = true
+	got, err := lua.ReadAcquired(msg)
+	if err != nil {
+		return 0, false, o.wrap(err)
 	}
-	if taken && disowned == nil && o.c.closing() {
+	if out != nil {
+		out.token, out.listen = got.Token, got.Listener
+	}
+	if got.Taken && disowned == nil && o.c.closing() {
 		// Closed before or while the script ran (a wait that a wake-up and Close ended at
 		// once may attempt): nobody would renew or release the hold.
 		disowned = ErrClosed
 	}
-	if taken && disowned != nil {
+	switch {
+	case got.Taken && disowned != nil:
 		return 0, false, o.disown(ctx, disowned, o.count+1)
-	}
-	if taken {
+	case got.Taken:
 		if err := o.took(sent, lease, 0); err != nil {
 			return 0, false, err
 		}
 		return o.ttl().Milliseconds(), true, nil
-	}
-	if out != nil {
-		out.listen = aerr == nil && len(arr) == 1
-	}
-	if aerr == nil && len(arr) == 1 {
-		msg = arr[0]
-	}
-	ttl, err := msg.AsInt64()
-	if err != nil {
-		return 0, false, o.wrap(err)
-	}
-	if ttl == acquireLost {
+	case got.Lost:
 		return 0, false, o.lost("re-entry found the hold gone")
 	}
-	return ttl, false, nil
+	return got.Hint, false, nil
 }
 
 // late awaits, in the background, the reply of an acquire whose caller's ctx ended first —
@@ -226,8 +207,7 @@ func (o *holder) late(pending <-chan sent, holds int) {
 		return
 	}
 	o.unsure = false // a reply: whatever an earlier acquire did, this one adopted or saw gone
-	arr, aerr := msg.ToArray()
-	if !msg.IsNil() && (aerr != nil || len(arr) != 2) { // not taken (a fenced lock's is {-1, token})
+	if got, _ := lua.ReadAcquired(msg); !got.Taken {
 		return
 	}
 	if gerr := o.giveBack(context.Background(), holds); gerr != nil {

@@ -305,11 +305,9 @@ func (o *owner) wrapKey(key string, err error) error {
 	return &objectError{what: o.what, name: o.name, err: err}
 }
 
-// Replies of the acquire and release scripts.
-const (
-	acquireLost    int64 = -3 // a re-entry found the owner's field gone
-	releasedHanded int64 = 2  // the lock went to the heir (0: a hold dropped; 1: freed)
-)
+// releasedHanded is a release script's reply when the lock went to the heir (0: a hold
+// dropped; 1: freed).
+const releasedHanded int64 = 2
 
 // exec runs one request of the owner's, counting it. Caller holds op.
 func (o *owner) exec(ctx context.Context, call lua.Call) (rueidis.RedisMessage, error) {

@@ -207,18 +207,32 @@ func TestHandoffStress(t *testing.T) {
 // whose reply is lost. When a releases, the lock is freed and published, not handed to h; the
 // waiter takes it by its own attempt, which settles h's release first, and h then holds the
 // lock for real.
+//
+// The waiter must make no attempt between the test's finding h's release unsettled and a's
+// release: that attempt would settle it, and a hand-off to h would then be right. So the
+// waiter is started with startHeir (parked for good: nothing wakes it before a releases),
+// and the checks come right before a.Unlock.
 func TestNoHandoffToHandleWithUnsettledRelease(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 10*time.Second)
 		const name = "no-handoff-unsettled"
-		var h *Lock
-		var drop, dropped atomic.Int32
+		var aOwner, hOwner atomic.Value // set once the handles are made; "" matches no release
+		aOwner.Store("")
+		hOwner.Store("")
+		var drop, hSends atomic.Int32
+		hSendsAtA := atomic.Int32{} // h's release's sends when a's release first went; -1: not yet
+		hSendsAtA.Store(-1)
 		rdb := &hookedRDB{Client: redistest.ClientFor(t, b.Addr)}
 		rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
-			if drop.Load() == 1 && isReleaseOf(cmd, h.Owner()) && drop.CompareAndSwap(1, 0) {
-				dropped.Add(1)
-				return rueidis.NewErrorResult(io.ErrUnexpectedEOF), true // lost, and never sent
+			switch {
+			case isReleaseOf(cmd, hOwner.Load().(string)):
+				hSends.Add(1)
+				if drop.CompareAndSwap(1, 0) {
+					return rueidis.NewErrorResult(io.ErrUnexpectedEOF), true // lost, and never sent
+				}
+			case isReleaseOf(cmd, aOwner.Load().(string)):
+				hSendsAtA.CompareAndSwap(-1, hSends.Load())
 			}
 			return rueidis.RedisResult{}, false
 		}
@@ -226,21 +240,24 @@ func TestNoHandoffToHandleWithUnsettledRelease(t *testing.T) {
 		c, err := New(rdb, WithRetryBudget(0))
 		must(t, err)
 		t.Cleanup(func() { c.Close() })
+		attempts := countAttempts(c)
 		admin := b.Client(t)
 		other, _ := newClient(t, b.Addr)
 		sub := rawSubscribe(t, ctx, admin, lockChannel(name))
 		a := c.Lock(name, Reentrant())
-		h = c.Lock(name, Reentrant())
+		h := c.Lock(name, Reentrant())
+		aOwner.Store(a.Owner())
+		hOwner.Store(h.Owner())
 		must(t, a.Lock(ctx))
-		hDone := startLock(ctx, h) // G1: waits as an heir
-		settled(t, c, name, 1)
+		hDone := startHeir(t, ctx, c, h, attempts) // G1: waits as an heir
+		sub.quiet(t, ctx, "before a's release")
 
 		drop.Store(1)
 		if err := h.Unlock(ctx); !errors.Is(err, ErrOutcomeUnknown) { // G2: holds nothing; reply lost
 			t.Fatalf("h.Unlock with its reply lost: %v, want ErrOutcomeUnknown", err)
 		}
-		if dropped.Load() != 1 {
-			t.Fatalf("%d releases of h dropped, want 1", dropped.Load())
+		if n := hSends.Load(); n != 1 || drop.Load() != 0 {
+			t.Fatalf("h's release sent %d times (dropped: %v), want once, dropped", n, drop.Load() == 0)
 		}
 		if !unsettledOf(t, ctx, h) {
 			t.Fatal("h's release of unknown outcome is not kept for settling")
@@ -248,9 +265,14 @@ func TestNoHandoffToHandleWithUnsettledRelease(t *testing.T) {
 		if n := parkedHeirs(c, name); n != 1 {
 			t.Fatalf("%d parked heirs, want h's waiter", n)
 		}
-		sub.published(t, ctx)
 
 		must(t, a.Unlock(ctx))
+		// The premise: h's release, lost, was not repeated before a's went (its waiter, which
+		// nothing woke, made no attempt), so h was doubtful when a's release looked for an heir.
+		if n := hSendsAtA.Load(); n != 1 {
+			t.Fatalf("h's release sent %d times when a's release went, want once (the lost run): h's waiter "+
+				"attempted, settling it, though nothing should have woken it", n)
+		}
 		await(t, hDone, "h's waiter takes the lock")
 		// h's next request: were its release still unsettled, the repeat would free the lock.
 		if err := h.Lock(ctx); err != nil {
@@ -301,13 +323,13 @@ func TestHeirLeavingDuringUnknownHandoffAdopts(t *testing.T) {
 		must(t, err)
 		t.Cleanup(func() { c.Close() })
 		warmScripts(t, ctx, c) // so that the held-back EVALSHA runs, not NOSCRIPT
+		attempts := countAttempts(c)
 		a, h := c.Lock(name, Reentrant()), c.Lock(name, Reentrant())
 		aOwner.Store(a.Owner())
 		must(t, a.Lock(ctx))
 		hctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		hdone := startLock(hctx, h)
-		settled(t, c, name, 1)
+		hdone := startHeir(t, hctx, c, h, attempts) // parked for good: a's release reserves it
 
 		adone := make(chan error, 1)
 		go func() { adone <- a.Unlock(ctx) }()

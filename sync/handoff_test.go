@@ -30,7 +30,9 @@ func parkedHeirs(c *Client, name string) int {
 // that has a pending one (the confirmation of its subscription comes after it parks) would
 // be making an attempt of its own when the next release looks for an heir. A waiter that has
 // just taken its wake-up but not yet marked itself busy looks parked for a moment, so the
-// state must hold across two looks 10 ms apart.
+// state must hold across two looks 10 ms apart — a guess, which a loaded machine defeats
+// (the woken waiter can wait longer than that for a CPU): a test whose verdict depends on
+// the waiter not attempting again starts it with startHeir, which waits for an event.
 func settled(t *testing.T, c *Client, name string, n int) {
 	t.Helper()
 	settledHeirs(t, c, name, n, n)
@@ -160,14 +162,33 @@ func startLossyRelay(t *testing.T, ctx, heirCtx context.Context, b *redistest.Ba
 	if err := r.holder.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	before := attempts.Load()
-	r.heirDone = startLock(heirCtx, r.heir)
-	// The heir's first attempt, and the one its subscription's confirmation wakes: it makes
-	// no other, and settled's double look cannot mistake the second one's flight for parked.
-	eventually(t, waitFor, "the heir's two attempts", func() bool { return attempts.Load()-before >= 2 })
-	settled(t, r.c, name, 1)
+	r.heirDone = startHeir(t, heirCtx, r.c, r.heir, attempts)
 	r.proxy.DropReplyAfter(handoffMarker(r.heir))
 	return r
+}
+
+// startHeir starts mu.Lock (see startLock) as the first waiter of mu's lock on c, whose
+// acquire replies attempts counts (countAttempts), and returns once the waiter is parked
+// for good: it makes no attempt of its own again until a release or a message wakes it, so
+// that a release finds it parked, and its owner as the test left it.
+//
+// The first waiter on a channel not yet subscribed attempts twice: first, and when the
+// confirmation of its subscription wakes it, the one wake-up it gets unasked. Only its
+// second attempt is waited for; settled's two looks alone would take a waiter that has
+// taken the confirmation's wake-up but not yet run (for longer than 10 ms on a loaded
+// machine) for parked, and it would attempt later — settling its owner's unknown
+// release, say, after the test found it unsettled.
+func startHeir(t *testing.T, ctx context.Context, c *Client, mu *Lock, attempts *atomic.Int64) <-chan error {
+	t.Helper()
+	ch := waitChannel(c, mu.Name())
+	if c.mux.Subscribed(ch) || c.mux.Waiters(ch) != 0 {
+		t.Fatalf("startHeir: %s has waiters or is subscribed already: the waiter would not attempt twice", ch)
+	}
+	before := attempts.Load()
+	done := startLock(ctx, mu)
+	eventually(t, waitFor, "the waiter's two attempts", func() bool { return attempts.Load()-before >= 2 })
+	settled(t, c, mu.Name(), 1)
+	return done
 }
 
 // startLock runs mu.Lock in a goroutine and returns its result.

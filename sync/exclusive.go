@@ -191,7 +191,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 		ttl, ok, err = l.attempt(ctx, o, lease, leaseMs, a, attemptOut)
 		tried = true
 	}
-	if a != nil && !ok && (tried || err == nil) {
+	if a != nil && !ok {
 		ok, err = l.wait(ctx, a, limit, join, start, tried, ttl, err)
 	}
 	if a != nil && out != nil {
@@ -218,7 +218,8 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 
 // wait waits up to limit, from start, for the lock, for a, which may join the Client's other
 // waiters; tried says whether a's first attempt was made already, which replied ttl or err
-// (then a withdraws whatever claim it made).
+// (then a withdraws whatever claim it made). err without tried is ctx's end before a's owner
+// was free to attempt.
 func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duration, join bool, start time.Time, tried bool, ttl int64, err error) (bool, error) {
 	o := a.o
 	w := wait{channel: l.v.wakeCh(o), policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
@@ -233,6 +234,10 @@ func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duratio
 	}
 	switch {
 	case ok:
+	case !tried && err != nil && w.granted == nil:
+		// a made no claim. One a release may grant the lock to withdraws all the same: its
+		// owner's place may be an earlier wait's, whose withdrawal is still under way, and
+		// hold a grant, which the call must take or give back before it returns.
 	case errors.Is(err, ErrNotReplicated):
 		// Taken, unconfirmed and given back (see owner.attempt): the take dropped the
 		// waiter's claim (its place, its Client's registration), and the give-back freed the

@@ -26,7 +26,8 @@ import (
 // release granted it the lock at that moment, the call returns nil, holding it (as a local
 // hand-off's heir does) — when the leave's reply shows the grant while the call still waits
 // for it (25 ms past its context's end at most). A grant the leave finds later is given
-// back.
+// back. A call whose context ends before it could attempt (its handle busy) leaves too: its
+// handle's place may be an earlier wait's, granted the lock meanwhile.
 //
 // A waiter keeps its place alive by attempting again at least every third of the Client's
 // fair wait time (WithFairLockWaitTimeout, by default the watchdog timeout). A waiter that
@@ -116,7 +117,8 @@ func (f *fairLock) forceRelease(o *holder) lua.Request {
 // hand-off's heir does when its context ends), since the leave cannot hand it back safely —
 // a late run of a leave that released the owner's hold could release a hold the owner took
 // since. A grant the leave finds once the caller has stopped waiting is given back
-// (giveBack), as is one that cannot be kept (WithSyncReplicas, a closed Client).
+// (giveBack), as is one that answers no attempt of the wait's (its owner's place was an
+// earlier wait's) and one that cannot be kept (WithSyncReplicas, a closed Client).
 func (f *fairLock) left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error) {
 	o := a.o
 	return o.withdraw(ctx, until, lua.FairLeave{FairKeys: f.keys(o), Channel: f.channel, Owner: o.id, Publish: o.c.publishCmd, NowMs: nowMs()},
@@ -124,10 +126,11 @@ func (f *fairLock) left(ctx context.Context, a *lockAttempt, until time.Time) (b
 			if n, _ := msg.AsInt64(); n != 1 || o.unsure {
 				return false, nil
 			}
-			if late || o.c.replicas > 0 || o.c.closing() {
-				// Granted as the caller stopped waiting, or by the releaser's script, which
-				// only an attempt of the owner's own could confirm (WithSyncReplicas), or to a
-				// Client closed since, whose hold nobody would renew or release: it goes back.
+			if late || a.out.sent.IsZero() || o.c.replicas > 0 || o.c.closing() {
+				// Granted as the caller stopped waiting, or to no attempt of the wait's, whose
+				// lease it cannot time, or by the releaser's script, which only an attempt of
+				// the owner's own could confirm (WithSyncReplicas), or to a Client closed
+				// since, whose hold nobody would renew or release: it goes back.
 				return false, o.giveBack(ctx, 1)
 			}
 			err := o.took(a.out.sent, a.lease, 0)

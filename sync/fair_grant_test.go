@@ -16,6 +16,7 @@ import (
 
 	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 )
 
@@ -1210,6 +1211,112 @@ func TestFairLeaveAfterUnsettledReleaseTakesNothing(t *testing.T) {
 		must(t, l.Unlock(ctx))
 		if exists(t, admin, name) {
 			t.Fatal("the lock is held after Lock/Unlock")
+		}
+	})
+}
+
+// A fair Lock whose context ends while its handle's owner is still busy with an earlier
+// wait's clean-up must not return while the place that wait left in the queue holds a grant
+// of its owner's: a hold the caller is not told of. The earlier wait's attempt got no reply
+// in time (ErrOutcomeUnknown); its late reply queued the owner, and its withdrawal, which
+// holds the owner, is held back before it is sent. The next Lock cannot attempt (the owner
+// is busy); a release grants the place the lock, and the Lock's context ends. It returns
+// nil holding the lock, or an error with the grant given back — not an error while the
+// grant is still there.
+func TestFairLockEndedWhileOwnerBusyLeavesNoGrant(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:ended-while-busy"
+		ctx := testCtx(t, 20*time.Second)
+		admin := b.Client(t)
+		var owner atomic.Pointer[string]       // w's owner, once the hooks are armed
+		var holdAcquire, holdLeave atomic.Bool // hold back w's next acquire, its next leave
+		acquireHeld, leaveHeld := make(chan struct{}), make(chan struct{})
+		acquireGo, leaveGo := make(chan struct{}), make(chan struct{})
+		letAcquire := gosync.OnceFunc(func() { close(acquireGo) })
+		letLeave := gosync.OnceFunc(func() { close(leaveGo) })
+		t.Cleanup(func() { letAcquire(); letLeave() })
+		rdb := newHookedRDB(t, b.Addr)
+		rdb.hook = func(ctx context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			gate := func(armed *atomic.Bool, held, open chan struct{}) {
+				if armed.CompareAndSwap(true, false) {
+					close(held)
+					select {
+					case <-open:
+					case <-ctx.Done():
+					}
+				}
+			}
+			if o := owner.Load(); o != nil && slices.Contains(cmd.Commands(), *o) {
+				switch sha(cmd) {
+				case shaOf(lua.FairAcquire{}):
+					gate(&holdAcquire, acquireHeld, acquireGo)
+				case shaOf(lua.FairLeave{}):
+					gate(&holdLeave, leaveHeld, leaveGo)
+				}
+			}
+			return rueidis.RedisResult{}, false
+		}
+		// withLeaveGrace: a wait whose context ended returns once its leave has run
+		wc, err := New(rdb, withLeaveGrace(time.Minute))
+		must(t, err)
+		t.Cleanup(func() { wc.Close() })
+		hc, _ := newClient(t, b.Addr)
+		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
+		id := w.Owner()
+		owner.Store(&id)
+		must(t, holder.Lock(ctx))
+
+		// The earlier wait: its attempt is held back until its context has ended.
+		holdAcquire.Store(true)
+		ctx0, cancel0 := context.WithCancel(ctx)
+		defer cancel0()
+		earlier := fairStartLock(ctx0, w)
+		<-acquireHeld
+		cancel0()
+		if err := fairAwait(t, earlier, waitFor, "the earlier wait"); !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("the earlier wait, its attempt held back: %v, want ErrOutcomeUnknown", err)
+		}
+		// Its attempt now queues the owner; its withdrawal takes the owner and is held back.
+		holdLeave.Store(true)
+		letAcquire()
+		<-leaveHeld
+		fairAwaitQueue(t, admin, name, w.Owner())
+
+		ctx1, cancel1 := context.WithCancel(ctx)
+		defer cancel1()
+		next := fairStartLock(ctx1, w) // the owner is busy: it cannot attempt
+		must(t, holder.Unlock(ctx))    // grants the owner's place the lock
+		if v, ok := hgetField(t, admin, name, w.Owner()); !ok || v != "1" {
+			t.Fatalf("HGET %s %s = %q (%v) after the release, want the grant", name, w.Owner(), v, ok)
+		}
+		cancel1()
+		// The Lock returns at once, or withdraws (a clean-up beside the earlier wait's); only
+		// then is the earlier wait's withdrawal let go.
+		eventually(t, waitFor, "the Lock returned or withdrawing", func() bool {
+			return len(next) > 0 || len(wc.cleanups.all()) > 1
+		})
+		var nextErr error
+		select {
+		case nextErr = <-next:
+		default:
+			letLeave()
+			nextErr = fairAwait(t, next, waitFor, "the Lock after the earlier withdrawal")
+		}
+		if nextErr == nil {
+			must(t, w.Unlock(ctx)) // the grant taken: the caller holds it
+		} else {
+			if !errors.Is(nextErr, context.Canceled) {
+				t.Fatalf("the Lock: %v, want context.Canceled", nextErr)
+			}
+			if v, ok := hgetField(t, admin, name, w.Owner()); ok {
+				t.Fatalf("the Lock returned %v while its owner holds the lock in Redis (count %s): "+
+					"a grant the caller is not told of", nextErr, v)
+			}
+		}
+		letLeave()
+		if ok, err := hc.FairLock(name, Reentrant()).TryLock(ctx); !ok || err != nil {
+			t.Fatalf("TryLock of the free lock: %v, %v (queue %v)", ok, err, fairQueue(t, admin, name))
 		}
 	})
 }

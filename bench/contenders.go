@@ -298,20 +298,13 @@ type naiveMutex struct {
 
 const naiveRetry = 50 * time.Millisecond
 
-func (m *naiveMutex) lock(ctx context.Context) error {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return err
-	}
-	m.token = hex.EncodeToString(b[:])
+// retryNaively is the naive contenders' wait: it calls try until try succeeds or fails,
+// naiveRetry apart, and returns try's error, or ctx's once ctx ends between tries. One timer
+// serves every pause, so a long wait costs no more than a short one.
+func retryNaively(ctx context.Context, try func() (done bool, err error)) error {
 	var timer *time.Timer
 	for {
-		rdb := m.s.rdb
-		err := rdb.Do(ctx, rdb.B().Set().Key(m.key).Value(m.token).Nx().Px(peerLease).Build()).Error()
-		if err == nil {
-			return nil
-		}
-		if !rueidis.IsRedisNil(err) {
+		if done, err := try(); done || err != nil {
 			return err
 		}
 		if timer == nil {
@@ -326,6 +319,24 @@ func (m *naiveMutex) lock(ctx context.Context) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// lock sets the key to a fresh token with SET NX until the SET takes, as the simplest Redis
+// lock does, with no queue and no wake-up.
+func (m *naiveMutex) lock(ctx context.Context) error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	m.token = hex.EncodeToString(b[:])
+	return retryNaively(ctx, func() (bool, error) {
+		rdb := m.s.rdb
+		err := rdb.Do(ctx, rdb.B().Set().Key(m.key).Value(m.token).Nx().Px(peerLease).Build()).Error()
+		if rueidis.IsRedisNil(err) {
+			return false, nil // held by another: try again
+		}
+		return err == nil, err
+	})
 }
 
 func (m *naiveMutex) unlock(ctx context.Context) error {

@@ -141,16 +141,32 @@ func warmUp(ctx context.Context, holder session, ss []session, key string, perSe
 	if err := h.lock(ctx); err != nil {
 		return err
 	}
+	err := warmWaits(ctx, ss, perSession, "a lock another client held",
+		func(s session) func(context.Context) error { return s.mutex(key).lock })
+	unlockErr := h.unlock(ctx)
+	if err != nil {
+		return err
+	}
+	return unlockErr
+}
+
+// warmWaits has perSession goroutines of each session in ss wait at once, each on a wait
+// that waiter makes for its session, until warmWait runs out. It returns the first error: a
+// wait that succeeded (it took what took names, which should have been held), or one that
+// failed other than by being cut off. waiter is called from this goroutine only, as
+// semSession.semaphore requires.
+func warmWaits[S any](ctx context.Context, ss []S, perSession int, took string, waiter func(S) func(context.Context) error) error {
 	wctx, cancel := context.WithTimeout(ctx, warmWait)
 	defer cancel()
 	errs := make(chan error, len(ss)*perSession)
 	var wg gosync.WaitGroup
 	for i, s := range ss {
 		for range perSession {
+			wait := waiter(s)
 			wg.Go(func() {
-				switch err := s.mutex(key).lock(wctx); {
+				switch err := wait(wctx); {
 				case err == nil:
-					errs <- fmt.Errorf("warm-up: client %d took a lock another client held", i+1)
+					errs <- fmt.Errorf("warm-up: client %d took %s", i+1, took)
 				case !cutOff(wctx, err):
 					errs <- fmt.Errorf("warm-up: client %d: %w", i+1, err)
 				}
@@ -159,11 +175,7 @@ func warmUp(ctx context.Context, holder session, ss []session, key string, perSe
 	}
 	wg.Wait()
 	close(errs)
-	unlockErr := h.unlock(ctx)
-	if err := <-errs; err != nil {
-		return err
-	}
-	return unlockErr
+	return <-errs
 }
 
 // cutOff tells whether err ended a wait because ctx's deadline came: a client library may

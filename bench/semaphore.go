@@ -181,32 +181,21 @@ type naiveSem struct {
 	key string
 }
 
+// acquire takes a permit by counting itself in, and out again while the count is above
+// semPermits, until it stays in; the INCR and DECR are sent whatever ctx says, so that a
+// cancelled wait never leaves the count off.
 func (m naiveSem) acquire(ctx context.Context) error {
 	send := context.WithoutCancel(ctx)
-	var timer *time.Timer
-	for {
+	return retryNaively(ctx, func() (bool, error) {
 		n, err := m.rdb.Do(send, m.rdb.B().Incr().Key(m.key).Build()).AsInt64()
 		if err != nil {
-			return err
+			return false, err
 		}
 		if n <= semPermits {
-			return nil
+			return true, nil
 		}
-		if err := m.rdb.Do(send, m.rdb.B().Decr().Key(m.key).Build()).Error(); err != nil {
-			return err
-		}
-		if timer == nil {
-			timer = time.NewTimer(naiveRetry)
-			defer timer.Stop()
-		} else {
-			timer.Reset(naiveRetry)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-		}
-	}
+		return false, m.rdb.Do(send, m.rdb.B().Decr().Key(m.key).Build()).Error()
+	})
 }
 
 func (m naiveSem) release(ctx context.Context) error {
@@ -367,31 +356,14 @@ func semWarmUp(ctx context.Context, ss []semSession, key string, perSession int)
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, warmWait)
-	defer cancel()
-	errs := make(chan error, len(ss)*perSession)
-	var wg gosync.WaitGroup
-	for i, s := range ss {
-		for range perSession {
-			m := s.semaphore(key) // here: semaphore is called from one goroutine
-			wg.Go(func() {
-				switch err := m.acquire(wctx); {
-				case err == nil:
-					errs <- fmt.Errorf("warm-up: client %d took a permit of a semaphore with none free", i+1)
-				case !cutOff(wctx, err):
-					errs <- fmt.Errorf("warm-up: client %d: %w", i+1, err)
-				}
-			})
-		}
-	}
-	wg.Wait()
-	close(errs)
+	err := warmWaits(ctx, ss, perSession, "a permit of a semaphore with none free",
+		func(s semSession) func(context.Context) error { return s.semaphore(key).acquire })
 	for range semPermits {
 		if err := h.release(ctx); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	return <-errs
+	return err
 }
 
 // semRun gives key semPermits permits and runs workers workers on it for dur, worker i on

@@ -141,6 +141,24 @@ local function grow(key, ms)
     end
 end
 
+-- keep_lease sets key's TTL to the larger of what it has left and ms: a lease only grows.
+-- Unlike extend it writes the TTL even when it is the longer already, so that a WAIT after
+-- the script covers whatever set it.
+local function keep_lease(key, ms)
+    redis.call('pexpire', key, math.max(redis.call('pttl', key), ms))
+end
+
+-- renew_each is the reply of a batched renewal of n holds (lua.LockRenew, ReadRenew,
+-- PermitRenew): an array, 1 at i where renew(i) found hold i still held and renewed it, 0
+-- where it returned false.
+local function renew_each(n, renew)
+    local held = {}
+    for i = 1, n do
+        held[i] = renew(i) and 1 or 0
+    end
+    return held
+end
+
 -- reenter gives owner, which knows of holds holds (0: none), one more hold on the lock hash key
 -- if its field is there: the count becomes holds+1, not an increment, so a repeat sets the
 -- same count and a hold taken by an acquire whose reply was lost is adopted; the TTL becomes

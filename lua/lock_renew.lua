@@ -1,13 +1,10 @@
 -- Batched lease renewal (Redisson watchdog). Keys, arguments and reply: lua.LockRenew
--- (calls.go). A lease only grows: a longer TTL is kept — but written all the same, so that a
--- WAIT after the script covers whatever set it.
-local held = {}
-for i = 1, #KEYS do
-    if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then
-        redis.call('pexpire', KEYS[i], math.max(redis.call('pttl', KEYS[i]), tonumber(ARGV[1])))
-        held[i] = 1
-    else
-        held[i] = 0
+-- (calls.go). A lease only grows, and is written even when it is the longer (keep_lease).
+local lease = tonumber(ARGV[1])
+return renew_each(#KEYS, function(i)
+    if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 0 then
+        return false
     end
-end
-return held
+    keep_lease(KEYS[i], lease)
+    return true
+end)

@@ -2,9 +2,8 @@
 -- renews no permit). Keys, arguments and reply: lua.PermitRenew (calls.go). A lease only
 -- grows.
 local lease, now = tonumber(ARGV[1]), tonumber(ARGV[2])
-local held = {}
-for i, key in ipairs(KEYS) do
-    local ids, ok = ARGV[i + 2], 1
+return renew_each(#KEYS, function(i)
+    local key, ids, all = KEYS[i], ARGV[i + 2], true
     for j = 1, #ids, 32 do
         local raw = unhex(string.sub(ids, j, j + 31))
         local exp = tonumber(redis.call('zscore', key, raw))
@@ -13,9 +12,8 @@ for i, key in ipairs(KEYS) do
             -- writes nothing), so that a WAIT after the script covers whatever set it.
             redis.call('zadd', key, math.max(now + lease, exp + 1), raw)
         else
-            ok = 0
+            all = false
         end
     end
-    held[i] = ok
-end
-return held
+    return all
+end)

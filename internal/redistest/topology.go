@@ -178,9 +178,8 @@ type Topologies struct {
 
 	once     gosync.Once
 	done     chan struct{} // closed once both topologies are up or have failed
-	cluster  *Backend
-	sentinel *Backend
-	errs     [2]error // the Cluster's and the Sentinel set's start errors
+	cluster  sharedTopology
+	sentinel sharedTopology
 
 	mu     gosync.Mutex
 	procs  []*redisProcess
@@ -314,11 +313,7 @@ func (s *Topologies) Shared(t *testing.T, fn func(t *testing.T, b *Backend)) {
 // Client and ClientOption make Cluster clients of every node.
 func (s *Topologies) Cluster(t testing.TB) *Backend {
 	t.Helper()
-	s.start(t)
-	if s.errs[0] != nil {
-		t.Fatalf("redistest: %v", s.errs[0])
-	}
-	return s.cluster
+	return s.ready(t, &s.cluster)
 }
 
 // Sentinel returns the shared Sentinel set: a master with 2 replicas, watched by 3
@@ -328,11 +323,25 @@ func (s *Topologies) Cluster(t testing.TB) *Backend {
 // Sentinels.
 func (s *Topologies) Sentinel(t testing.TB) *Backend {
 	t.Helper()
+	return s.ready(t, &s.sentinel)
+}
+
+// sharedTopology is one of the shared topologies as start left it: its Backend, or the
+// error it failed to start with.
+type sharedTopology struct {
+	backend *Backend
+	err     error
+}
+
+// ready starts the topologies (start) and returns topo's Backend, failing t if it did not
+// start.
+func (s *Topologies) ready(t testing.TB, topo *sharedTopology) *Backend {
+	t.Helper()
 	s.start(t)
-	if s.errs[1] != nil {
-		t.Fatalf("redistest: %v", s.errs[1])
+	if topo.err != nil {
+		t.Fatalf("redistest: %v", topo.err)
 	}
-	return s.sentinel
+	return topo.backend
 }
 
 // start starts both topologies once, unless LATCHKEY_REDIS or a missing redis-server or
@@ -354,13 +363,13 @@ func (s *Topologies) start(t testing.TB) {
 			var wg gosync.WaitGroup
 			start := time.Now()
 			wg.Go(func() {
-				if s.cluster, s.errs[0] = s.startCluster(path, cli); s.errs[0] == nil {
-					s.cluster.topo.startup = time.Since(start)
+				if s.cluster.backend, s.cluster.err = s.startCluster(path, cli); s.cluster.err == nil {
+					s.cluster.backend.topo.startup = time.Since(start)
 				}
 			})
 			wg.Go(func() {
-				if s.sentinel, s.errs[1] = s.startSentinel(path); s.errs[1] == nil {
-					s.sentinel.topo.startup = time.Since(start)
+				if s.sentinel.backend, s.sentinel.err = s.startSentinel(path); s.sentinel.err == nil {
+					s.sentinel.backend.topo.startup = time.Since(start)
 				}
 			})
 			wg.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"time"
@@ -52,12 +53,31 @@ type session struct {
 	c   *dsync.Client
 }
 
-// connect opens the rueidis client and a dsync Client on it with opts. rueidis dials at
-// once, so a server that cannot be reached fails here, with the addresses tried.
-func connect(opt rueidis.ClientOption, opts ...dsync.Option) (*session, error) {
+// dialRedis opens a rueidis client with opt. rueidis dials at once, so a server that cannot
+// be reached fails here, with the addresses tried.
+func dialRedis(opt rueidis.ClientOption) (rueidis.Client, error) {
 	rdb, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Redis at %v: %w", opt.InitAddress, err)
+	}
+	return rdb, nil
+}
+
+// connectURL is connect for subcommand cmd on the server its --redis value url names (see
+// redisOptions): a bad URL is a bad command line, said on stderr (usageMessage).
+func connectURL(cmd, url string, stderr io.Writer) (*session, error) {
+	opt, err := redisOptions(url)
+	if err != nil {
+		return nil, usageMessage(stderr, cmd, err)
+	}
+	return connect(opt)
+}
+
+// connect opens the rueidis client (dialRedis) and a dsync Client on it with opts.
+func connect(opt rueidis.ClientOption, opts ...dsync.Option) (*session, error) {
+	rdb, err := dialRedis(opt)
+	if err != nil {
+		return nil, err
 	}
 	c, err := dsync.New(rdb, opts...)
 	if err != nil {

@@ -74,15 +74,43 @@ func defaultDemoConfig() demoConfig {
 	}
 }
 
-// demoSpec is one demo "latchkey demo <name>" runs: its defaults, its flags, the check of
-// its settings (a message for a bad one, "" if they are fine) and the demo itself.
+// demoSpec is one demo "latchkey demo <name>" runs: its defaults, its flags bound to a
+// config, and the demo itself.
 type demoSpec struct {
 	name    string
 	summary string
 	config  func() demoConfig
-	flags   func(fs *flag.FlagSet, cfg *demoConfig)
-	check   func(cfg demoConfig) string
+	flags   func(cfg *demoConfig) []demoFlag
 	run     func(ctx context.Context, w io.Writer, cfg demoConfig) error
+}
+
+// demoFlag is one whole-number flag of a demo: the setting it sets and the least value the
+// demo can run with, so that one table gives both the flag and its check.
+type demoFlag struct {
+	name  string
+	value *int
+	least int
+	usage string
+	why   string // if not "", why least is what it is: said with a value below it
+}
+
+// checkDemoFlags returns what is wrong with the first of flags whose value is below its
+// least, in a message that names the flag, or "" when none is.
+func checkDemoFlags(flags []demoFlag) string {
+	for _, f := range flags {
+		if *f.value >= f.least {
+			continue
+		}
+		rule := fmt.Sprintf("must be at least %d", f.least)
+		if f.least == 0 {
+			rule = "must not be negative"
+		}
+		if f.why != "" {
+			rule += " (" + f.why + ")"
+		}
+		return fmt.Sprintf("-%s %s, got %d", f.name, rule, *f.value)
+	}
+	return ""
 }
 
 // demos lists the demos in the order usage shows them; the first is the one "latchkey demo"
@@ -90,11 +118,11 @@ type demoSpec struct {
 func demos() []demoSpec {
 	return []demoSpec{
 		{name: "lock", summary: "the oversell race without and with a lock, a pub/sub wake-up, the watchdog",
-			config: defaultDemoConfig, flags: lockFlags, check: checkLock, run: runDemo},
+			config: defaultDemoConfig, flags: lockFlags, run: runDemo},
 		{name: "gate", summary: "a Semaphore caps the calls in flight to a downstream service across instances",
-			config: defaultGateConfig, flags: gateFlags, check: checkGate, run: runGateDemo},
+			config: defaultGateConfig, flags: gateFlags, run: runGateDemo},
 		{name: "jobs", summary: "a CountDownLatch holds a coordinator until every job is done, a crashed worker's too",
-			config: defaultJobsConfig, flags: jobsFlags, check: checkJobs, run: runJobsDemo},
+			config: defaultJobsConfig, flags: jobsFlags, run: runJobsDemo},
 	}
 }
 
@@ -107,22 +135,13 @@ func lookupDemo(name string) (demoSpec, bool) {
 	return demoSpec{}, false
 }
 
-func lockFlags(fs *flag.FlagSet, cfg *demoConfig) {
-	fs.IntVar(&cfg.instances, "instances", cfg.instances, "service instances, each with its own Redis connection and dsync.Client")
-	fs.IntVar(&cfg.buyers, "buyers-per-instance", cfg.buyers, "concurrent buyers (goroutines) per instance")
-	fs.IntVar(&cfg.stock, "stock", cfg.stock, "items in stock when the sale opens")
-}
-
-func checkLock(cfg demoConfig) string {
-	switch {
-	case cfg.instances < 1:
-		return fmt.Sprintf("-instances must be at least 1, got %d", cfg.instances)
-	case cfg.buyers < 1:
-		return fmt.Sprintf("-buyers-per-instance must be at least 1, got %d", cfg.buyers)
-	case cfg.stock < 0:
-		return fmt.Sprintf("-stock must not be negative, got %d", cfg.stock)
+// lockFlags are the lock demo's flags, bound to cfg.
+func lockFlags(cfg *demoConfig) []demoFlag {
+	return []demoFlag{
+		{name: "instances", value: &cfg.instances, least: 1, usage: "service instances, each with its own Redis connection and dsync.Client"},
+		{name: "buyers-per-instance", value: &cfg.buyers, least: 1, usage: "concurrent buyers (goroutines) per instance"},
+		{name: "stock", value: &cfg.stock, least: 0, usage: "items in stock when the sale opens"},
 	}
-	return ""
 }
 
 // newDemoFlags returns the flag set of demo s, its flags bound to cfg. Its usage is that of
@@ -130,7 +149,9 @@ func checkLock(cfg demoConfig) string {
 func newDemoFlags(s demoSpec, cfg *demoConfig, output io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("latchkey demo "+s.name, flag.ContinueOnError)
 	fs.SetOutput(output)
-	s.flags(fs, cfg)
+	for _, f := range s.flags(cfg) {
+		fs.IntVar(f.value, f.name, *f.value, f.usage)
+	}
 	fs.StringVar(&cfg.redis, "redis", "", "run on the Redis server at `URL` (as for the other commands) instead of an embedded one; deleting its keys there first (demo:… and stock:lock)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: latchkey demo %s [flags]\n\n%s.\nIt needs no Redis server: it starts an embedded one (or give --redis).\n\nflags:\n",
@@ -191,7 +212,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			bad += " (a demo's name goes before its flags)"
 		}
 	default:
-		bad = s.check(cfg)
+		bad = checkDemoFlags(s.flags(&cfg))
 	}
 	if bad == "" && cfg.redis != "" {
 		if _, err := rueidis.ParseURL(cfg.redis); err != nil {
@@ -294,15 +315,28 @@ func demoKeys() []string {
 // clear deletes the demo's keys, one DEL each so that a Cluster need not have them in one
 // slot.
 func (d *demo) clear(ctx context.Context) error {
-	rdb, err := d.connect()
+	rdb, err := dialRedis(d.opt)
 	if err != nil {
-		return fmt.Errorf("connect to Redis at %v: %w", d.opt.InitAddress, err)
+		return err
 	}
 	defer rdb.Close()
 	for _, k := range demoKeys() {
 		if err := rdb.Do(ctx, rdb.B().Del().Key(k).Build()).Error(); err != nil {
 			return fmt.Errorf("delete %s: %w", k, err)
 		}
+	}
+	return nil
+}
+
+// checkGone returns an error unless key no longer exists on rdb's server; after names what
+// should have deleted it, for the error.
+func checkGone(ctx context.Context, rdb rueidis.Client, key, after string) error {
+	n, err := rdb.Do(ctx, rdb.B().Exists().Key(key).Build()).AsInt64()
+	if err != nil {
+		return err
+	}
+	if n != 0 {
+		return fmt.Errorf("%s still exists after %s", key, after)
 	}
 	return nil
 }

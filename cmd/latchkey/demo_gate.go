@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -16,22 +15,13 @@ const gateKey = "demo:downstream"
 
 func defaultGateConfig() demoConfig { return defaultDemoConfig() }
 
-func gateFlags(fs *flag.FlagSet, cfg *demoConfig) {
-	fs.IntVar(&cfg.instances, "instances", cfg.instances, "service instances, each with its own Redis connection and dsync.Client")
-	fs.IntVar(&cfg.callers, "callers-per-instance", cfg.callers, "concurrent callers (goroutines) per instance, one call each")
-	fs.IntVar(&cfg.permits, "permits", cfg.permits, "permits of the semaphore: the most calls the downstream may see at once")
-}
-
-func checkGate(cfg demoConfig) string {
-	switch {
-	case cfg.instances < 1:
-		return fmt.Sprintf("-instances must be at least 1, got %d", cfg.instances)
-	case cfg.callers < 1:
-		return fmt.Sprintf("-callers-per-instance must be at least 1, got %d", cfg.callers)
-	case cfg.permits < 1:
-		return fmt.Sprintf("-permits must be at least 1, got %d", cfg.permits)
+// gateFlags are the gate demo's flags, bound to cfg.
+func gateFlags(cfg *demoConfig) []demoFlag {
+	return []demoFlag{
+		{name: "instances", value: &cfg.instances, least: 1, usage: "service instances, each with its own Redis connection and dsync.Client"},
+		{name: "callers-per-instance", value: &cfg.callers, least: 1, usage: "concurrent callers (goroutines) per instance, one call each"},
+		{name: "permits", value: &cfg.permits, least: 1, usage: "permits of the semaphore: the most calls the downstream may see at once"},
 	}
-	return ""
 }
 
 // runGateDemo runs the gate demo: a downstream service called by every instance at once,

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -22,19 +21,13 @@ func defaultJobsConfig() demoConfig {
 	return cfg
 }
 
-func jobsFlags(fs *flag.FlagSet, cfg *demoConfig) {
-	fs.IntVar(&cfg.instances, "instances", cfg.instances, "worker instances, each with its own Redis connection and dsync.Client; the coordinator has one more")
-	fs.IntVar(&cfg.workers, "workers", cfg.workers, "jobs, one worker each, spread over the instances; the middle one is killed and replaced")
-}
-
-func checkJobs(cfg demoConfig) string {
-	switch {
-	case cfg.instances < 2:
-		return fmt.Sprintf("-instances must be at least 2 (the replacement runs on another instance than the killed worker), got %d", cfg.instances)
-	case cfg.workers < 1:
-		return fmt.Sprintf("-workers must be at least 1, got %d", cfg.workers)
+// jobsFlags are the jobs demo's flags, bound to cfg.
+func jobsFlags(cfg *demoConfig) []demoFlag {
+	return []demoFlag{
+		{name: "instances", value: &cfg.instances, least: 2, usage: "worker instances, each with its own Redis connection and dsync.Client; the coordinator has one more",
+			why: "the replacement runs on another instance than the killed worker"},
+		{name: "workers", value: &cfg.workers, least: 1, usage: "jobs, one worker each, spread over the instances; the middle one is killed and replaced"},
 	}
-	return ""
 }
 
 // runJobsDemo runs the jobs demo: a coordinator awaiting a CountDownLatch that its workers
@@ -236,13 +229,8 @@ func (d *demo) jobs(ctx context.Context) error {
 	}
 	d.printf("  %s  coordinator  Await returned: all %d jobs are done\n", at(r.at), workers)
 
-	rdb := coord.rdb
-	exists, err := rdb.Do(ctx, rdb.B().Exists().Key(jobsKey).Build()).AsInt64()
-	if err != nil {
+	if err := checkGone(ctx, coord.rdb, jobsKey, "the last CountDown"); err != nil {
 		return err
-	}
-	if exists != 0 {
-		return fmt.Errorf("%s still exists after the last CountDown", jobsKey)
 	}
 	d.printf("The coordinator went on only after all %d count-downs, the replacement's included; the last one\n", workers)
 	d.printf("deleted the latch (EXISTS %s = 0) and woke every awaiter with one message.\n", jobsKey)

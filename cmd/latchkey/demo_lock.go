@@ -236,12 +236,8 @@ func (d *demo) watchdog(ctx context.Context) error {
 	if err := l.Unlock(ctx); err != nil {
 		return err
 	}
-	n, err := rdb.Do(ctx, rdb.B().Exists().Key(leaseLockKey).Build()).AsInt64()
-	if err != nil {
+	if err := checkGone(ctx, rdb, leaseLockKey, "Unlock"); err != nil {
 		return err
-	}
-	if n != 0 {
-		return fmt.Errorf("%s still exists after Unlock", leaseLockKey)
 	}
 	d.printf("Unlocked: EXISTS %s = 0, the key is gone and the watchdog has stopped renewing it.\n", leaseLockKey)
 	return nil

@@ -78,6 +78,19 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseOperation parses args (parse) as "NAME VERB [operand...]", a primitive's name and
+// what to do with it; without both, it is a usage error that lists verbs, what can be done.
+func parseOperation(fs *flag.FlagSet, args []string, verbs string) (name, verb string, rest []string, err error) {
+	ops, err := parse(fs, args)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if len(ops) < 2 || ops[0] == "" {
+		return "", "", nil, usageError(fs, "give a NAME and what to do: %s", verbs)
+	}
+	return ops[0], ops[1], ops[2:], nil
+}
+
 // usageError reports a bad command line: it prints msg and fs's help to fs's output and
 // returns errUsage.
 func usageError(fs *flag.FlagSet, format string, a ...any) error {

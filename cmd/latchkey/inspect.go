@@ -8,8 +8,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 const inspectSummary = "show what Redis holds for primitives, in Redisson's layout"
@@ -66,9 +64,9 @@ func inspectCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return usageMessage(stderr, "inspect", err)
 	}
-	rdb, err := rueidis.NewClient(opt)
+	rdb, err := dialRedis(opt)
 	if err != nil {
-		return fmt.Errorf("connect to Redis at %v: %w", opt.InitAddress, err)
+		return err
 	}
 	defer rdb.Close()
 	seens := make([]seen, len(names))

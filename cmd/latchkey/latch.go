@@ -32,14 +32,10 @@ func latchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var timeout optDuration
 	fs.Var(&timeout, "timeout", "with await: give up after `D` (exit 75)")
 	url := redisFlag(fs)
-	ops, err := parse(fs, args)
+	name, verb, rest, err := parseOperation(fs, args, "set N, count-down or await")
 	if err != nil {
 		return err
 	}
-	if len(ops) < 2 || ops[0] == "" {
-		return usageError(fs, "give a NAME and what to do: set N, count-down or await")
-	}
-	name, verb, rest := ops[0], ops[1], ops[2:]
 	n := 0
 	switch {
 	case verb == "set" && len(rest) != 1:
@@ -56,11 +52,7 @@ func latchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if timeout.set && verb != "await" {
 		return usageError(fs, "--timeout goes with await")
 	}
-	opt, err := redisOptions(*url)
-	if err != nil {
-		return usageMessage(stderr, "latch", err)
-	}
-	s, err := connect(opt)
+	s, err := connectURL("latch", *url, stderr)
 	if err != nil {
 		return err
 	}

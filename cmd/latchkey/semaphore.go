@@ -30,14 +30,10 @@ func semaphoreSpec() spec {
 func semaphoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("semaphore", semaphoreSpec(), stderr)
 	url := redisFlag(fs)
-	ops, err := parse(fs, args)
+	name, verb, rest, err := parseOperation(fs, args, "set N, add N or available")
 	if err != nil {
 		return err
 	}
-	if len(ops) < 2 || ops[0] == "" {
-		return usageError(fs, "give a NAME and what to do: set N, add N or available")
-	}
-	name, verb, rest := ops[0], ops[1], ops[2:]
 	n := 0
 	switch verb {
 	case "set", "add":
@@ -57,11 +53,7 @@ func semaphoreCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	default:
 		return usageError(fs, "unknown semaphore operation %q: want set, add or available", verb)
 	}
-	opt, err := redisOptions(*url)
-	if err != nil {
-		return usageMessage(stderr, "semaphore", err)
-	}
-	s, err := connect(opt)
+	s, err := connectURL("semaphore", *url, stderr)
 	if err != nil {
 		return err
 	}

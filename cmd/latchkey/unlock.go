@@ -43,11 +43,7 @@ func unlockCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usageError(fs, "give one lock NAME")
 	}
 	name := names[0]
-	opt, err := redisOptions(*url)
-	if err != nil {
-		return usageMessage(stderr, "unlock", err)
-	}
-	s, err := connect(opt)
+	s, err := connectURL("unlock", *url, stderr)
 	if err != nil {
 		return err
 	}

@@ -119,17 +119,19 @@ func (q *heirs) reserve(name string) *heir {
 }
 
 // give hands n permits of the semaphore key to the Client's first waiter for them, if it
-// is parked (not in an attempt of its own) and waits for exactly n, and reports whether it
-// did. The first only — by the channel's order, which the heirs' may not yet match: another
-// would overtake it. All n or none, so that a release is either done here or entirely
-// Redis's. And at most max in a row (see WithLocalHandoff): then the permits go back to
-// Redis, for every Client's waiters.
+// waits for exactly n, and reports whether it did. The first only — by the channel's order,
+// which the heirs' may not yet match: another would overtake it. All n or none, so that a
+// release is either done here or entirely Redis's. And at most max in a row (see
+// WithLocalHandoff): then the permits go back to Redis, for every Client's waiters. A
+// waiter busy with an attempt of its own is handed them too: it takes them if the attempt
+// fails, and passes them on if it succeeds (see Semaphore.acquire) — so that a release that
+// comes during an attempt does not go to Redis, and wake the waiter to attempt again.
 func (q *heirs) give(key string, n, max int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	hs := q.queue[key]
 	if len(hs) == 0 || hs[0].o != nil || q.runs[key] >= max || hs[0].permits != n || !hs[0].sub.First() ||
-		!hs[0].state.CompareAndSwap(heirParked, heirReserved) {
+		!hs[0].state.CompareAndSwap(heirParked, heirReserved) && !hs[0].state.CompareAndSwap(heirBusy, heirReserved) {
 		delete(q.runs, key)
 		return false
 	}
@@ -140,6 +142,10 @@ func (q *heirs) give(key string, n, max int) bool {
 	hs[0].verdict <- verdict{handed: true}
 	return true
 }
+
+// park returns the heir, busy, to waiting, and reports whether it did: false when a release
+// handed it permits meanwhile (see give), whose verdict it must take.
+func (h *heir) park() bool { return h.state.CompareAndSwap(heirBusy, heirParked) }
 
 // decide records what the release that reserved h did — handed, sent at sent as the run-th
 // hand-off in a row; or, with its outcome unknown, maybe — gives h's owner back its op and

@@ -2,10 +2,16 @@ package sync
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
+	"github.com/redis/rueidis"
 )
 
 // parked waits until every heir of channel is parked and no wake-up is pending.
@@ -142,4 +148,67 @@ func TestSemaphoreHandoffRunsForgotten(t *testing.T) {
 			t.Errorf("heirs.runs holds %d entries with no waiter left", n)
 		}
 	})
+}
+
+// A local Release while the Client's first waiter is busy with an attempt of its own hands it
+// the permits rather than send them to Redis, which would wake the waiter to attempt again:
+// an attempt that finds too few takes them, and one that finds enough in Redis passes them
+// on. Either way every permit is accounted for: held by the waiter or back in Redis.
+func TestSemaphoreHandoffToWaiterBusyAttempting(t *testing.T) {
+	t.Parallel()
+	for _, redisHas := range []int{0, 1} {
+		redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+			ctx := testCtx(t, 10*time.Second)
+			name := fmt.Sprintf("busy-heir-%d", redisHas)
+			var hold atomic.Bool
+			var releases atomic.Int32
+			entered, proceed := make(chan struct{}, 1), make(chan struct{})
+			rdb := newHookedRDB(t, b.Addr)
+			rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+				switch sha(cmd) {
+				case shaOf(lua.SemAcquire{}):
+					if hold.CompareAndSwap(true, false) {
+						entered <- struct{}{}
+						<-proceed // the attempt is on its way while the Release runs
+					}
+				case shaOf(lua.SemRelease{}):
+					releases.Add(1)
+				}
+				return rueidis.RedisResult{}, false
+			}
+			c, err := New(rdb)
+			must(t, err)
+			t.Cleanup(func() { c.Close() })
+			admin := b.Client(t)
+			s := c.Semaphore(name)
+			must(t, s.SetPermits(ctx, 0))
+			got := make(chan error, 1)
+			go func() {
+				ok, err := c.Semaphore(name).TryAcquire(ctx, 1, WaitTime(time.Minute))
+				if err == nil && !ok {
+					err = errors.New("not acquired")
+				}
+				got <- err
+			}()
+			parked(t, c, s, 1)
+			hold.Store(true)
+			c.mux.Wake(s.q.clientCh) // the waiter attempts again
+			<-entered
+			must(t, admin.Do(ctx, admin.B().Set().Key(name).Value(strconv.Itoa(redisHas)).Build()).Error())
+			must(t, s.Release(ctx, 1))
+			if n := releases.Load(); n != 0 {
+				t.Fatalf("%d release scripts for a Release while the Client's waiter attempted, want 0 (handed to it)", n)
+			}
+			close(proceed)
+			if err := <-got; err != nil {
+				t.Fatalf("the waiter: %v", err)
+			}
+			// The waiter holds one permit; Redis has what it had (the waiter took it, and the
+			// handed one went back) — in the background when the attempt took Redis's.
+			eventually(t, waitFor, fmt.Sprintf("Redis holding %d permit(s)", redisHas), func() bool {
+				n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64()
+				return err == nil && n == int64(redisHas)
+			})
+		})
+	}
 }

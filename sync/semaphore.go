@@ -9,6 +9,7 @@ import (
 	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
+	"go.uber.org/zap"
 )
 
 // Semaphore is a handle on a counting semaphore, wire-compatible with Redisson's RSemaphore:
@@ -144,6 +145,20 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	return err
 }
 
+// passOn releases n permits a release handed a wait that did not take them: to the Client's
+// next waiter, or to Redis in the background, so that the caller is not kept.
+func (s *Semaphore) passOn(ctx context.Context, n int) {
+	c := s.p.c
+	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
+		return
+	}
+	c.background(func() {
+		if err := s.add(context.WithoutCancel(ctx), n); err != nil {
+			c.log.Warn("permits handed to a wait that had ended were not given back", s.p.fields(zap.Error(err))...)
+		}
+	})
+}
+
 func (s *Semaphore) add(ctx context.Context, n int) error {
 	o := &s.p.owner
 	if err := o.check(ctx); err != nil {
@@ -218,6 +233,13 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 		return c.keepAlive(-1), ok, err
 	})
 	ok, err = c.acquirePermits(ctx, s.q.clientCh, limit, h, a)
+	if h != nil && h.state.Load() == heirReserved {
+		// A release handed the wait permits as its own attempt ended, in success or error:
+		// they are not the caller's, and go on.
+		<-h.verdict
+		h.state.Store(heirGone)
+		s.passOn(ctx, n)
+	}
 	// A wait that waited may have had the Client registered, by its attempts or others'.
 	waited := limit != 0 && !first
 	switch waiters := c.mux.Waiters(s.q.clientCh); {

@@ -184,8 +184,8 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			// Not its turn: the waiter ahead attempts, and wakes the next when it leaves (see
 			// the semaphores). Nor does it time re-checks by a hint, which only the first
 			// keeps fresh.
-			if h != nil {
-				h.state.Store(heirParked)
+			if h != nil && !h.park() {
+				return h.took(<-h.verdict)
 			}
 			if !deadline.IsZero() && time.Until(deadline) <= 0 {
 				return h.leave(ctx, nil)
@@ -215,10 +215,10 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			hint(sub, ttl)
 		}
 		if ok || err != nil {
-			return ok, err
+			return ok, err // with h reserved meanwhile, the caller passes on what it was handed
 		}
-		if h != nil {
-			h.state.Store(heirParked)
+		if h != nil && !h.park() {
+			return h.took(<-h.verdict) // handed permits during its attempt, which found too few
 		}
 	}
 }

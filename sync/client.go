@@ -86,7 +86,7 @@ type Client struct {
 	lockOwners  lender[*holder]         // idle owners of lock handles (see lender)
 	holders     registry[*holder]       // owners holding something (see Shutdown)
 	permitsHeld registry[*Permits]      // PermitSemaphore acquisitions not yet released
-	cleanups    registry[chan struct{}] // background clean-ups under way (see background)
+	underway    registry[chan struct{}] // acquisitions and background clean-ups under way (see begin)
 	shut        chan struct{}           // closed when Shutdown or Close begins: no more acquisitions
 	shutOnce    gosync.Once
 	rwOwners    lender[*rwPair] // idle owner pairs of read-write lock handles

@@ -166,6 +166,11 @@ func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, e
 // and its channel is not subscribed (the lock is most likely free), and waits only if that
 // fails (see Client.acquire).
 func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out *acquireOut) (ok bool, err error) {
+	end, open := l.o.c.begin() // Shutdown awaits the acquisition, and what it leaves to clean up
+	defer end()
+	if !open {
+		return false, l.o.wrap(ErrClosed)
+	}
 	o := l.borrow()
 	leaseMs := o.c.leaseMs(lease)
 	start := time.Now()

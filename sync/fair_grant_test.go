@@ -1291,10 +1291,10 @@ func TestFairLockEndedWhileOwnerBusyLeavesNoGrant(t *testing.T) {
 			t.Fatalf("HGET %s %s = %q (%v) after the release, want the grant", name, w.Owner(), v, ok)
 		}
 		cancel1()
-		// The Lock returns at once, or withdraws (a clean-up beside the earlier wait's); only
-		// then is the earlier wait's withdrawal let go.
+		// The Lock returns at once, or withdraws (a clean-up beside the earlier wait's and the
+		// Lock itself, both under way); only then is the earlier wait's withdrawal let go.
 		eventually(t, waitFor, "the Lock returned or withdrawing", func() bool {
-			return len(next) > 0 || len(wc.cleanups.all()) > 1
+			return len(next) > 0 || len(wc.underway.all()) > 2
 		})
 		var nextErr error
 		select {

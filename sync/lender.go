@@ -97,10 +97,10 @@ func (l *lender[T]) close() {
 // a Shutdown's release), the owner is returned once that is done, and the caller not kept.
 func (c *Client) returnOwner(o *holder, put func(*holder)) bool {
 	if !o.tryLock() {
-		go func() {
+		c.background(func() {
 			_ = o.lock(context.Background())
 			c.returnLocked(o, put)
-		}()
+		})
 		return true
 	}
 	return c.returnLocked(o, put)
@@ -153,7 +153,7 @@ func (c *Client) settleNow(o *owner, done func()) {
 		o.unlock()
 		return
 	}
-	backoff := retryBackoff
+	backoff, shut := retryBackoff, c.shut
 	for {
 		_, err := o.settle(ctx)
 		if err == nil {
@@ -165,6 +165,12 @@ func (c *Client) settleNow(o *owner, done func()) {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 		case <-c.closed:
+		case <-shut:
+			// Shutdown awaits the settling: from now on it has one retry budget at most.
+			shut = nil
+			var stop context.CancelFunc
+			ctx, stop = context.WithTimeout(ctx, c.budget)
+			defer stop()
 		}
 		if ctx.Err() != nil || c.isClosed() {
 			c.log.Warn("a request's outcome stays unknown; it is no longer repeated", o.fields(zap.Error(err))...)

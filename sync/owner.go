@@ -183,9 +183,6 @@ func (o *owner) numbered(ctx context.Context, call lua.Call) (rueidis.RedisMessa
 // repeated too. A release (ctx without cancellation) is repeated within the retry
 // budget whatever the caller's ctx says.
 func (o *owner) request(ctx context.Context, req func(lua.Numbered) lua.Request) (rueidis.RedisMessage, error) {
-	if err := o.check(ctx); err != nil {
-		return rueidis.RedisMessage{}, err
-	}
 	if err := o.lock(ctx); err != nil {
 		return rueidis.RedisMessage{}, err
 	}
@@ -225,9 +222,19 @@ func (p *pool) init(c *Client, name, what string) {
 	p.idle = []*owner{&p.owner}
 }
 
-// request is owner.request on an idle owner. A request whose outcome stays unknown is
-// settled in the background (settleLater), and its owner comes back only then.
+// request is owner.request on an idle owner, after the handle's checks. A request whose
+// outcome stays unknown is settled in the background (settleLater), and its owner comes
+// back only then.
 func (p *pool) request(ctx context.Context, req func(lua.Numbered) lua.Request) (rueidis.RedisMessage, error) {
+	if err := p.check(ctx); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	return p.run(ctx, req)
+}
+
+// run is request without the handle's checks, for a change that must reach Redis also
+// once the Client is closed (see Semaphore.passOn).
+func (p *pool) run(ctx context.Context, req func(lua.Numbered) lua.Request) (rueidis.RedisMessage, error) {
 	p.mu.Lock()
 	var o *owner
 	if n := len(p.idle); n > 0 {

@@ -118,6 +118,11 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLock
 }
 
 func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (p *Permits, ok bool, err error) {
+	end, open := s.p.c.begin() // Shutdown awaits the acquisition, and what it leaves to clean up
+	defer end()
+	if !open {
+		return nil, false, s.p.wrap(ErrClosed)
+	}
 	start := s.p.c.obs.now()
 	defer func() { s.p.c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
 	if n < 1 || n > maxPermitsPerCall {

@@ -178,6 +178,11 @@ func (l *RWLock) TryLock(ctx context.Context, opts ...TryLockOption) (bool, erro
 // acquire attempts, and waits up to limit (negative: without limit), for a read or the write
 // lock.
 func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Duration) (ok bool, err error) {
+	end, open := l.r.c.begin() // Shutdown awaits the acquisition, and what it leaves to clean up
+	defer end()
+	if !open {
+		return false, l.r.wrap(ErrClosed)
+	}
 	start := l.r.c.obs.now()
 	defer func() { l.r.c.obs.acquired(ctx, l.r.what, l.r.name, 1, start, ok, err) }()
 	p, held := l.borrow(), &l.reads

@@ -146,28 +146,28 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 }
 
 // passOn releases n permits a release handed a wait that did not take them: to the Client's
-// next waiter, or to Redis in the background, so that the caller is not kept.
+// next waiter, or to Redis — also once the Client is closed, since the Release that handed
+// them returned nil.
 func (s *Semaphore) passOn(ctx context.Context, n int) {
 	c := s.p.c
 	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
 		return
 	}
-	c.background(func() {
-		if err := s.add(context.WithoutCancel(ctx), n); err != nil {
-			c.log.Warn("permits handed to a wait that had ended were not given back", s.p.fields(zap.Error(err))...)
-		}
-	})
+	if _, err := s.p.run(context.WithoutCancel(ctx), s.release(n)); err != nil {
+		c.log.Warn("permits handed to a wait that had ended were not given back", s.p.fields(zap.Error(err))...)
+	}
 }
 
 func (s *Semaphore) add(ctx context.Context, n int) error {
-	o := &s.p.owner
-	if err := o.check(ctx); err != nil {
-		return err
-	}
-	_, err := s.p.request(context.WithoutCancel(ctx), func(num lua.Numbered) lua.Request {
-		return lua.SemRelease{SemKeys: s.keys(), Numbered: num, Permits: n, Publish: o.c.publishCmd}
-	})
+	_, err := s.p.request(context.WithoutCancel(ctx), s.release(n))
 	return err
+}
+
+// release is the request that releases n permits to Redis.
+func (s *Semaphore) release(n int) func(lua.Numbered) lua.Request {
+	return func(num lua.Numbered) lua.Request {
+		return lua.SemRelease{SemKeys: s.keys(), Numbered: num, Permits: n, Publish: s.p.c.publishCmd}
+	}
 }
 
 // AvailablePermits returns the number of permits available now (0 when the semaphore does
@@ -214,6 +214,11 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOpt
 }
 
 func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok bool, err error) {
+	end, open := s.p.c.begin() // Shutdown awaits the acquisition, and what it leaves to clean up
+	defer end()
+	if !open {
+		return false, s.p.wrap(ErrClosed)
+	}
 	c := s.p.c
 	start := c.obs.now()
 	defer func() { c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()

@@ -40,16 +40,31 @@ func (r *registry[T]) all() []T {
 	return xs
 }
 
-// background runs f, a clean-up — a waiter's claim withdrawn, a hold the caller was not
-// given handed back, a request of unknown outcome settled — in its own goroutine, tracked
-// so that Shutdown awaits it: a process that exits after Shutdown leaves no claim or hold to
-// lapse.
-func (c *Client) background(f func()) {
+// begin registers work under way that may leave something in Redis — an acquisition, a
+// clean-up in the background — for Shutdown to await, and end unregisters it. An
+// acquisition begun once Shutdown or Close has begun is refused (ok false): either Shutdown
+// sees the registration, or the acquisition sees Shutdown.
+func (c *Client) begin() (end func(), ok bool) {
 	done := make(chan struct{})
-	c.cleanups.add(done)
+	c.underway.add(done)
+	end = func() {
+		c.underway.remove(done)
+		close(done)
+	}
+	if c.closing() {
+		return end, false
+	}
+	return end, true
+}
+
+// background runs f, a clean-up — a waiter's claim withdrawn, a hold the caller was not
+// given handed back, a request of unknown outcome settled — in its own goroutine, which
+// Shutdown awaits (see begin): a process that exits after Shutdown leaves no claim or hold
+// to lapse.
+func (c *Client) background(f func()) {
+	end, _ := c.begin()
 	go func() {
-		defer close(done)
-		defer c.cleanups.remove(done)
+		defer end()
 		f()
 	}()
 }
@@ -68,9 +83,10 @@ func (o *holder) setCount(n int) {
 }
 
 // Shutdown gives back everything the Client's handles hold — every lock hold, read or write,
-// and every PermitSemaphore acquisition — and awaits the clean-ups under way in the
-// background (waiters' claims being withdrawn, such as a fair lock's place), so that other
-// processes need not wait for leases to run out; then it closes the Client as Close does. It gives back at most until
+// and every PermitSemaphore acquisition — and awaits the acquisitions it ends and the
+// clean-ups under way in the background (waiters' claims being withdrawn, such as a fair
+// lock's place), so that other processes need not wait for leases to run out; then it
+// closes the Client as Close does. It gives back at most until
 // ctx ends; what it could not give back by then lapses with its lease, as at Close, and the
 // error says why. Acquisitions asked for once Shutdown has begun fail with ErrClosed. A
 // Semaphore's permits are counted, not owned: Release them before Shutdown.
@@ -89,8 +105,8 @@ func (c *Client) Shutdown(ctx context.Context) error {
 		// Again until nothing is left: a hold an acquisition took as Shutdown began (a local
 		// hand-off, a fair grant) registers once the snapshot was taken.
 		for ctx.Err() == nil {
-			cleanups := c.cleanups.all()
-			for _, done := range cleanups {
+			underway := c.underway.all()
+			for _, done := range underway {
 				select {
 				case <-done:
 				case <-ctx.Done():
@@ -99,10 +115,10 @@ func (c *Client) Shutdown(ctx context.Context) error {
 			}
 			holders, permits := c.holders.all(), c.permitsHeld.all()
 			if len(holders)+len(permits) == 0 {
-				if len(cleanups) == 0 {
+				if len(underway) == 0 {
 					return
 				}
-				continue // a clean-up may have left a hold to give back, or started another
+				continue // what ended may have left a hold to give back, or started a clean-up
 			}
 			round := make([]error, len(holders)+len(permits))
 			all(len(holders), func(i int) { round[i] = holders[i].releaseAll(ctx) })

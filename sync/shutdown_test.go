@@ -3,7 +3,9 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	gosync "sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,5 +154,137 @@ func TestShutdownAwaitsWithdrawals(t *testing.T) {
 			t.Fatalf("Shutdown: %v", err)
 		}
 		fairNoPlaces(t, admin, name, "after Shutdown")
+	})
+}
+
+// Shutdown awaits the acquisitions it ends: a fair waiter whose attempt is on its way as
+// Shutdown begins withdraws its place before Shutdown returns — and so before the rueidis
+// client is closed, as it may be at once.
+func TestShutdownAwaitsTheWaitsItEnds(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "shutdown:ended-wait"
+		holder, admin := newClient(t, b.Addr)
+		must(t, holder.FairLock(name).Lock(ctx))
+		var acquires atomic.Int32
+		entered, proceed := make(chan struct{}), make(chan struct{})
+		rdb := newHookedRDB(t, b.Addr)
+		rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if sha(cmd) == shaOf(lua.FairAcquire{}) && acquires.Add(1) == 2 {
+				close(entered) // the waiter's second attempt is on its way
+				<-proceed
+			}
+			return rueidis.RedisResult{}, false
+		}
+		c, err := New(rdb, WithFairLockWaitTimeout(time.Minute))
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		waiting := lockAsync(ctx, c.FairLock(name))
+		<-entered
+		shut := make(chan error, 1)
+		go func() { shut <- c.Shutdown(ctx) }()
+		select {
+		case err := <-shut:
+			t.Fatalf("Shutdown returned (%v) while a wait it ends was still attempting", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(proceed)
+		if err := <-shut; err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		rdb.Close()
+		if err := <-waiting; !errors.Is(err, ErrClosed) {
+			t.Errorf("the waiter: %v, want ErrClosed", err)
+		}
+		fairNoPlaces(t, admin, name, "after Shutdown")
+	})
+}
+
+// Permits that a Release handed to a waiter busy attempting, which its attempt did not need,
+// reach Redis though the Client is shut down or closed meanwhile: the Release returned nil.
+func TestSemaphoreHandedPermitsSurviveClose(t *testing.T) {
+	t.Parallel()
+	for _, shutdown := range []bool{true, false} {
+		redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+			ctx := testCtx(t, 10*time.Second)
+			name := fmt.Sprintf("handed-close-%v", shutdown)
+			var hold atomic.Bool
+			entered, proceed := make(chan struct{}, 1), make(chan struct{})
+			rdb := newHookedRDB(t, b.Addr)
+			rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+				if sha(cmd) == shaOf(lua.SemAcquire{}) && hold.CompareAndSwap(true, false) {
+					entered <- struct{}{}
+					<-proceed
+				}
+				return rueidis.RedisResult{}, false
+			}
+			c, err := New(rdb)
+			must(t, err)
+			t.Cleanup(func() { c.Close() })
+			admin := b.Client(t)
+			s := c.Semaphore(name)
+			must(t, s.SetPermits(ctx, 0))
+			got := make(chan error, 1)
+			go func() {
+				_, err := c.Semaphore(name).TryAcquire(ctx, 1, WaitTime(time.Minute))
+				got <- err
+			}()
+			parked(t, c, s, 1)
+			hold.Store(true)
+			c.mux.Wake(s.q.clientCh)
+			<-entered
+			must(t, admin.Do(ctx, admin.B().Set().Key(name).Value("1").Build()).Error()) // the attempt takes it
+			must(t, s.Release(ctx, 1))                                                   // handed to the waiter
+			closed := make(chan error, 1)
+			go func() {
+				if shutdown {
+					closed <- c.Shutdown(ctx)
+				} else {
+					closed <- c.Close()
+				}
+			}()
+			close(proceed)
+			waitErr := <-got
+			if err := <-closed; err != nil {
+				t.Fatalf("shutdown %v: %v", shutdown, err)
+			}
+			// Two permits in all: the waiter's, if it was given one (a closed Client gives
+			// back what its attempt took), and Redis's.
+			want := int64(2)
+			if waitErr == nil {
+				want = 1
+			}
+			eventually(t, waitFor, fmt.Sprintf("%d permit(s) in Redis (the waiter: %v)", want, waitErr), func() bool {
+				n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64()
+				return err == nil && n == want
+			})
+		})
+	}
+}
+
+// A Shutdown without a deadline still has a bound while Redis is unreachable: a request of
+// unknown outcome being settled in the background, which it awaits, has one retry budget
+// more, not the minutes its mark lasts.
+func TestShutdownWithUnsettledRequestIsBounded(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "shutdown:unsettled"
+		proxy := redistest.NewProxy(t, b.Addr)
+		c, _ := newClient(t, proxy.Addr(), WithRetryBudget(shortBudget))
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 1))
+		done := lostThenUnreachable(t, proxy, name, func() error { return s.Acquire(ctx, 1) })
+		if err := <-done; !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Acquire with its reply lost and Redis gone: %v, want ErrOutcomeUnknown", err)
+		}
+		shut := make(chan error, 1)
+		go func() { shut <- c.Shutdown(context.Background()) }()
+		select {
+		case <-shut:
+		case <-time.After(waitFor): // the budget is 5 s; the request's mark lasts minutes
+			t.Fatalf("Shutdown without a deadline still waiting after %v, with a %v retry budget", waitFor, shortBudget)
+		}
 	})
 }

@@ -2,14 +2,12 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
-	"go.uber.org/zap"
 )
 
 // Semaphore is a handle on a counting semaphore, wire-compatible with Redisson's RSemaphore:
@@ -145,19 +143,6 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	return err
 }
 
-// passOn releases n permits a release handed a wait that did not take them: to the Client's
-// next waiter, or to Redis — also once the Client is closed, since the Release that handed
-// them returned nil.
-func (s *Semaphore) passOn(ctx context.Context, n int) {
-	c := s.p.c
-	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
-		return
-	}
-	if _, err := s.p.run(context.WithoutCancel(ctx), s.release(n)); err != nil {
-		c.log.Warn("permits handed to a wait that had ended were not given back", s.p.fields(zap.Error(err))...)
-	}
-}
-
 func (s *Semaphore) add(ctx context.Context, n int) error {
 	_, err := s.p.request(context.WithoutCancel(ctx), s.release(n))
 	return err
@@ -211,102 +196,4 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...TryAcquireOpt
 		return false, err
 	}
 	return s.acquire(ctx, n, cfg.wait)
-}
-
-func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok bool, err error) {
-	end, open := s.p.c.begin() // Shutdown awaits the acquisition, and what it leaves to clean up
-	defer end()
-	if !open {
-		return false, s.p.wrap(ErrClosed)
-	}
-	c := s.p.c
-	start := c.obs.now()
-	defer func() { c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
-	var h *heir
-	if limit != 0 && c.maxHandoff > 0 {
-		h = &heir{key: s.q.channel, permits: n}
-	}
-	var reg registration // what the last attempt did to the Client's registration
-	attempts, first := 0, false
-	a := attemptFunc(func(ctx context.Context) (int64, bool, error) {
-		ok, more, r, err := s.attempt(ctx, n, limit != 0)
-		reg, attempts = r, attempts+1
-		first = first || attempts == 1 && ok
-		if h != nil {
-			h.more.Store(more)
-		}
-		return c.keepAlive(-1), ok, err
-	})
-	ok, err = c.acquirePermits(ctx, s.q.clientCh, limit, h, a)
-	if h != nil && h.state.Load() == heirReserved {
-		// A release handed the wait permits as its own attempt ended, in success or error:
-		// they are not the caller's, and go on.
-		<-h.verdict
-		h.state.Store(heirGone)
-		s.passOn(ctx, n)
-	}
-	// A wait that waited may have had the Client registered, by its attempts or others'.
-	waited := limit != 0 && !first
-	switch waiters := c.mux.Waiters(s.q.clientCh); {
-	case waited && reg != registrationDropped && waiters == 0:
-		s.leave(ctx, c.leaveBy(ctx, err))
-	case reg == registrationDropped && waiters > 0:
-		// The take dropped it, counting no other waiter: one came meanwhile, and attempts
-		// to register the Client again.
-		c.mux.Wake(s.q.clientCh)
-	}
-	return ok, err
-}
-
-// attempt makes one acquisition of n permits, and reports when it fails whether it found
-// some permits (or cannot tell). One that leaves permits (or cannot tell) wakes the
-// Client's next waiter: its turn. One that leaves none does not: with no lease to end, only
-// a release, whose message wakes the next waiter, can serve it. Permits taken that too few
-// replicas confirmed (WithSyncReplicas) are given back, and the error says so.
-func (s *Semaphore) attempt(ctx context.Context, n int, waiting bool) (ok, more bool, reg registration, err error) {
-	o := &s.p.owner
-	registers, others, listens := false, false, false
-	defer func() {
-		switch {
-		case !registers || err != nil:
-			return
-		case !ok || others:
-			reg = registrationKept
-		default:
-			reg = registrationDropped
-		}
-		s.q.heard(o.c, listens, ok, others)
-	}()
-	msg, err := s.p.request(ctx, func(num lua.Numbered) lua.Request {
-		r := lua.SemAcquire{SemKeys: s.keys(), Numbered: num, Listener: s.q.listener, Permits: n, Publish: o.c.publishCmd}
-		// Registered only once its channel is subscribed: a wake sent to a Client not
-		// subscribed yet would reach nobody.
-		if registers = waiting && o.c.mux.Subscribed(s.q.clientCh); registers {
-			others = o.c.mux.Waiters(s.q.clientCh) > 1
-			r.Wait = &lua.Registration{Token: o.c.lockToken, Ms: o.c.fairWaitMs, Others: others}
-		}
-		return r // repeated as its cancel when its outcome is unknown: the caller is told the permits are not its
-	})
-	if errors.Is(err, ErrNotReplicated) {
-		return false, true, 0, err // withdrawn: whatever it took is given back
-	}
-	if err != nil {
-		return false, false, 0, err
-	}
-	if msg.IsNil() {
-		return false, true, 0, nil // a repeat of an attempt that failed: what it found is not known
-	}
-	if arr, aerr := msg.ToArray(); aerr == nil && len(arr) > 0 {
-		listens = len(arr) == 2
-		avail, err := arr[0].AsInt64()
-		return false, avail > 0, 0, o.wrap(err)
-	}
-	left, err := msg.AsInt64()
-	if err != nil {
-		return false, false, 0, o.wrap(err)
-	}
-	if left != 0 {
-		o.c.mux.Wake(s.q.clientCh)
-	}
-	return true, false, 0, nil
 }

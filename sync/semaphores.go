@@ -36,20 +36,6 @@ func semaphoreForward(payload string) int {
 	return semaphorePolicy(payload)
 }
 
-// leave drops the Client's registration, and its listening, once its last waiter is gone
-// with the registration kept (see lib.lua's sem_leave), awaited until until at most; then a
-// waiter that came meanwhile attempts, to register again.
-func (s *Semaphore) leave(ctx context.Context, until time.Time) {
-	c := s.p.c
-	if !until.IsZero() {
-		lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
-		_, _ = c.exec(lctx, lua.SemLeave{Semaphore: s.p.name, Clients: s.q.clients, Wants: s.wants, Listener: s.q.listener,
-			Leaving: c.leaving()}.Call())
-		cancel()
-	}
-	s.q.afterLeave(c)
-}
-
 // registration is what an attempt did to its Client's registration as a waiter.
 type registration int
 

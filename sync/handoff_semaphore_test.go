@@ -150,6 +150,68 @@ func TestSemaphoreHandoffRunsForgotten(t *testing.T) {
 	})
 }
 
+// A busyWaiter is a Client whose one waiter of a semaphore with no permits has an attempt
+// of its own on its way (held back), while Redis is given redisHas permits: a Release then
+// meets the waiter busy.
+type busyWaiter struct {
+	c        *Client
+	s        *Semaphore
+	admin    rueidis.Client
+	got      <-chan error  // the waiter's TryAcquire: nil once acquired
+	releases *atomic.Int32 // release scripts sent
+	proceed  func()        // lets the attempt go on
+}
+
+func newBusyWaiter(t *testing.T, ctx context.Context, b *redistest.Backend, name string, redisHas int) *busyWaiter {
+	t.Helper()
+	var hold atomic.Bool
+	w := &busyWaiter{releases: new(atomic.Int32), admin: b.Client(t)}
+	entered, proceed := make(chan struct{}, 1), make(chan struct{})
+	w.proceed = func() { close(proceed) }
+	rdb := newHookedRDB(t, b.Addr)
+	rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+		switch sha(cmd) {
+		case shaOf(lua.SemAcquire{}):
+			if hold.CompareAndSwap(true, false) {
+				entered <- struct{}{}
+				<-proceed
+			}
+		case shaOf(lua.SemRelease{}):
+			w.releases.Add(1)
+		}
+		return rueidis.RedisResult{}, false
+	}
+	c, err := New(rdb)
+	must(t, err)
+	t.Cleanup(func() { c.Close() })
+	w.c, w.s = c, c.Semaphore(name)
+	must(t, w.s.SetPermits(ctx, 0))
+	got := make(chan error, 1)
+	w.got = got
+	go func() {
+		ok, err := c.Semaphore(name).TryAcquire(ctx, 1, WaitTime(time.Minute))
+		if err == nil && !ok {
+			err = errors.New("not acquired")
+		}
+		got <- err
+	}()
+	parked(t, c, w.s, 1)
+	hold.Store(true)
+	c.mux.Wake(w.s.q.clientCh) // the waiter attempts again
+	<-entered
+	must(t, w.admin.Do(ctx, w.admin.B().Set().Key(name).Value(strconv.Itoa(redisHas)).Build()).Error())
+	return w
+}
+
+// permits waits until Redis holds want permits of name.
+func (w *busyWaiter) permits(t *testing.T, ctx context.Context, name string, want int64, why string) {
+	t.Helper()
+	eventually(t, waitFor, fmt.Sprintf("%d permit(s) in Redis (%s)", want, why), func() bool {
+		n, err := w.admin.Do(ctx, w.admin.B().Get().Key(name).Build()).AsInt64()
+		return err == nil && n == want
+	})
+}
+
 // A local Release while the Client's first waiter is busy with an attempt of its own hands it
 // the permits rather than send them to Redis, which would wake the waiter to attempt again:
 // an attempt that finds too few takes them, and one that finds enough in Redis passes them
@@ -160,55 +222,18 @@ func TestSemaphoreHandoffToWaiterBusyAttempting(t *testing.T) {
 		redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 			ctx := testCtx(t, 10*time.Second)
 			name := fmt.Sprintf("busy-heir-%d", redisHas)
-			var hold atomic.Bool
-			var releases atomic.Int32
-			entered, proceed := make(chan struct{}, 1), make(chan struct{})
-			rdb := newHookedRDB(t, b.Addr)
-			rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
-				switch sha(cmd) {
-				case shaOf(lua.SemAcquire{}):
-					if hold.CompareAndSwap(true, false) {
-						entered <- struct{}{}
-						<-proceed // the attempt is on its way while the Release runs
-					}
-				case shaOf(lua.SemRelease{}):
-					releases.Add(1)
-				}
-				return rueidis.RedisResult{}, false
-			}
-			c, err := New(rdb)
-			must(t, err)
-			t.Cleanup(func() { c.Close() })
-			admin := b.Client(t)
-			s := c.Semaphore(name)
-			must(t, s.SetPermits(ctx, 0))
-			got := make(chan error, 1)
-			go func() {
-				ok, err := c.Semaphore(name).TryAcquire(ctx, 1, WaitTime(time.Minute))
-				if err == nil && !ok {
-					err = errors.New("not acquired")
-				}
-				got <- err
-			}()
-			parked(t, c, s, 1)
-			hold.Store(true)
-			c.mux.Wake(s.q.clientCh) // the waiter attempts again
-			<-entered
-			must(t, admin.Do(ctx, admin.B().Set().Key(name).Value(strconv.Itoa(redisHas)).Build()).Error())
-			must(t, s.Release(ctx, 1))
-			if n := releases.Load(); n != 0 {
+			w := newBusyWaiter(t, ctx, b, name, redisHas)
+			must(t, w.s.Release(ctx, 1))
+			if n := w.releases.Load(); n != 0 {
 				t.Fatalf("%d release scripts for a Release while the Client's waiter attempted, want 0 (handed to it)", n)
 			}
-			close(proceed)
-			if err := <-got; err != nil {
+			w.proceed()
+			if err := <-w.got; err != nil {
 				t.Fatalf("the waiter: %v", err)
 			}
 			// The waiter holds one permit; Redis has what it had (the waiter took it, and the
-			// handed one went back) — in the background when the attempt took Redis's.
-			eventually(t, waitFor, fmt.Sprintf("Redis holding %d permit(s)", redisHas), func() bool {
-				n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64()
-				return err == nil && n == int64(redisHas)
-			})
+			// handed one went back).
+			w.permits(t, ctx, name, int64(redisHas), "the waiter holding one")
 		})
 	}
 }

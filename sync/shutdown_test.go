@@ -209,43 +209,18 @@ func TestSemaphoreHandedPermitsSurviveClose(t *testing.T) {
 		redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 			ctx := testCtx(t, 10*time.Second)
 			name := fmt.Sprintf("handed-close-%v", shutdown)
-			var hold atomic.Bool
-			entered, proceed := make(chan struct{}, 1), make(chan struct{})
-			rdb := newHookedRDB(t, b.Addr)
-			rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
-				if sha(cmd) == shaOf(lua.SemAcquire{}) && hold.CompareAndSwap(true, false) {
-					entered <- struct{}{}
-					<-proceed
-				}
-				return rueidis.RedisResult{}, false
-			}
-			c, err := New(rdb)
-			must(t, err)
-			t.Cleanup(func() { c.Close() })
-			admin := b.Client(t)
-			s := c.Semaphore(name)
-			must(t, s.SetPermits(ctx, 0))
-			got := make(chan error, 1)
-			go func() {
-				_, err := c.Semaphore(name).TryAcquire(ctx, 1, WaitTime(time.Minute))
-				got <- err
-			}()
-			parked(t, c, s, 1)
-			hold.Store(true)
-			c.mux.Wake(s.q.clientCh)
-			<-entered
-			must(t, admin.Do(ctx, admin.B().Set().Key(name).Value("1").Build()).Error()) // the attempt takes it
-			must(t, s.Release(ctx, 1))                                                   // handed to the waiter
+			w := newBusyWaiter(t, ctx, b, name, 1) // the attempt takes Redis's permit
+			must(t, w.s.Release(ctx, 1))           // handed to the waiter
 			closed := make(chan error, 1)
 			go func() {
 				if shutdown {
-					closed <- c.Shutdown(ctx)
+					closed <- w.c.Shutdown(ctx)
 				} else {
-					closed <- c.Close()
+					closed <- w.c.Close()
 				}
 			}()
-			close(proceed)
-			waitErr := <-got
+			w.proceed()
+			waitErr := <-w.got
 			if err := <-closed; err != nil {
 				t.Fatalf("shutdown %v: %v", shutdown, err)
 			}
@@ -255,10 +230,7 @@ func TestSemaphoreHandedPermitsSurviveClose(t *testing.T) {
 			if waitErr == nil {
 				want = 1
 			}
-			eventually(t, waitFor, fmt.Sprintf("%d permit(s) in Redis (the waiter: %v)", want, waitErr), func() bool {
-				n, err := admin.Do(ctx, admin.B().Get().Key(name).Build()).AsInt64()
-				return err == nil && n == want
-			})
+			w.permits(t, ctx, name, want, fmt.Sprintf("the waiter: %v", waitErr))
 		})
 	}
 }

@@ -125,10 +125,11 @@ func (c *Client) returnLocked(o *holder, put func(*holder)) bool {
 }
 
 // settleLater repeats o's request of unknown outcome in the background (see background),
-// with backoff, until Redis answers, then gives o to done: an owner no call of a handle will use again has no next call to settle it,
-// and that call may never come, or come after the request's mark expired and act twice. It
-// gives up when the Client closes, and before the mark may expire: the outcome then stays
-// unknown for good, which it logs.
+// with backoff, until Redis answers, then gives o to done: an owner no call of a handle will
+// use again has no next call to settle it, and that call may never come, or come after the
+// request's mark expired and act twice. It gives up when the Client closes, and before the
+// mark may expire: the outcome then stays unknown for good, which it logs. Once Shutdown has
+// begun, it has one retry budget more at most.
 func (c *Client) settleLater(o *owner, done func()) {
 	c.background(func() { c.settleNow(o, done) })
 }

@@ -88,18 +88,13 @@ func WaitTime(wait time.Duration) interface {
 }
 
 // configure applies an acquisition's options, and checks them with what every call checks.
+// (An acquisition begun once Shutdown has begun is refused by Client.begin.)
 func configure[O comparable](ctx context.Context, o *owner, opts []O, apply func(O, *lockConfig)) (lockConfig, error) {
 	cfg, err := options(opts, apply)
 	if err != nil {
 		return cfg, err
 	}
-	if err := o.check(ctx); err != nil {
-		return cfg, err
-	}
-	if o.c.closing() {
-		return cfg, o.wrap(ErrClosed) // Shutdown gives back what is held: nothing new may be taken
-	}
-	return cfg, nil
+	return cfg, o.check(ctx)
 }
 
 // options applies an acquisition's options, refusing a nil one and values out of range.

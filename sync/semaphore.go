@@ -177,9 +177,6 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 	if err := checkPermits("permits", n, 1); err != nil {
 		return err
 	}
-	if s.p.c.closing() {
-		return s.p.wrap(ErrClosed) // Shutdown has begun
-	}
 	_, err := s.acquire(ctx, n, -1)
 	return err
 }

@@ -225,17 +225,17 @@ type FairAcquire struct {
 	LeaseMs, Owner string
 	Holds          int
 	WaitMs, NowMs  string
-	Waiting        bool   // take a place in the queue when the lock cannot be taken
-	Token          string // the wait's token ("0": not waiting)
+	Waiting        bool // take a place in the queue when the lock cannot be taken
 }
 
-// FairKeys are the keys every fair lock script starts with.
+// FairKeys are the keys every fair lock script starts with. Waiters marks the queue's
+// latchkey waiters, which tells the Java waiters among them apart.
 type FairKeys struct {
-	Lock, Queue, Timeouts, Leases string
+	Lock, Queue, Timeouts, Waiters string
 }
 
 func (k FairKeys) keys(more ...string) []string {
-	return append([]string{k.Lock, k.Queue, k.Timeouts, k.Leases}, more...)
+	return append([]string{k.Lock, k.Queue, k.Timeouts, k.Waiters}, more...)
 }
 
 // WithHolds is the request sent by an owner that knows of holds.
@@ -245,11 +245,11 @@ func (r FairAcquire) WithHolds(holds int) Call {
 }
 
 func (r FairAcquire) Call() Call {
-	return Call{fairAcquire, r.keys(), []string{r.LeaseMs, r.Owner, itoa(r.Holds), r.WaitMs, r.NowMs, flag(r.Waiting), r.Token}}
+	return Call{fairAcquire, r.keys(), []string{r.LeaseMs, r.Owner, itoa(r.Holds), r.WaitMs, r.NowMs, flag(r.Waiting)}}
 }
 
-// FairRelease drops one hold of a fair lock, and when it frees the lock passes it to the
-// head waiter (fair_release.lua). Reply: nil when the owner does not hold the lock; 0 when
+// FairRelease drops one hold of a fair lock, and when it frees the lock wakes the head
+// waiter (fair_release.lua). Reply: nil when the owner does not hold the lock; 0 when
 // still held; 1 when freed.
 type FairRelease struct {
 	FairKeys
@@ -267,7 +267,7 @@ func (r FairRelease) Call() Call {
 		[]string{r.LeaseMs, r.Owner, r.Publish, r.LatchMs, itoa(r.Holds), r.num(), r.NowMs}}
 }
 
-// FairForceRelease deletes a fair lock whoever holds it, and passes it to the head waiter
+// FairForceRelease deletes a fair lock whoever holds it, and wakes the head waiter
 // (fair_force_release.lua). Reply: 1 when a lock was deleted, else 0.
 type FairForceRelease struct {
 	FairKeys
@@ -280,7 +280,7 @@ func (r FairForceRelease) Call() Call {
 }
 
 // FairLeave takes a waiter that gives up out of a fair lock's queue (fair_leave.lua).
-// Reply: 1 when the owner holds the lock (granted as the wait ended), else 0.
+// Reply: 0.
 type FairLeave struct {
 	FairKeys
 	Channel               string

@@ -178,12 +178,12 @@ local function reenter(key, owner, holds, leaseMs)
 end
 
 -- drop_stale removes the fair lock's head waiters whose deadline has passed: queue is
--- the list of waiting owners, timeouts the zset of their deadlines, leases the hash of
--- latchkey waiters' leases (see hand_on), now epoch ms. As in Redisson, the deadlines behind
--- do not move: a Java waiter's is good only for the place it was set for. It returns the
--- head left (false: none) and its deadline (nil: none), which the caller may use for as long
--- as it has not changed the queue.
-local function drop_stale(queue, timeouts, leases, now)
+-- the list of waiting owners, timeouts the zset of their deadlines, waiters the hash that
+-- marks latchkey waiters (see fair_acquire), now epoch ms. As in Redisson, the deadlines
+-- behind do not move: a Java waiter's is good only for the place it was set for. It returns
+-- the head left (false: none) and its deadline (nil: none), which the caller may use for as
+-- long as it has not changed the queue.
+local function drop_stale(queue, timeouts, waiters, now)
     while true do
         local head = redis.call('lindex', queue, 0)
         if not head then
@@ -194,40 +194,22 @@ local function drop_stale(queue, timeouts, leases, now)
             return head, deadline
         end
         redis.call('zrem', timeouts, head)
-        redis.call('hdel', leases, head)
+        redis.call('hdel', waiters, head)
         redis.call('lpop', queue)
     end
 end
 
--- hand_on passes a free fair lock to its head waiter, if there is one: head, as drop_stale
--- returned it if the queue has not changed since, or nil to read it. A latchkey waiter —
--- one with an entry "<lease ms>:<token>" in leases — is granted the lock (it leaves the
--- queue and holds the lock once, with its lease) and told its wait's token on its own
--- channel, so that it takes the lock with no attempt of its own: the token names the wait
--- granted, and a message that reaches a later wait of the same owner is not taken for a
--- grant. Any other waiter (Java's) is told 0, Redisson's message, and attempts.
-local function hand_on(lock, queue, timeouts, leases, channel, publish, head)
+-- wake_head tells a free fair lock's head waiter, if there is one, to attempt: Redisson's
+-- 0 on the head's own channel, channel..':'..head. head is as drop_stale returned it if the
+-- queue has not changed since, or nil to read it. Nobody else is told, and nobody else can
+-- take the lock: an acquire takes a free lock only at the head.
+local function wake_head(queue, channel, publish, head)
     if head == nil then
         head = redis.call('lindex', queue, 0)
     end
-    if not head then
-        return
-    end
-    local entry = redis.call('hget', leases, head)
-    local lease, token
-    if entry then
-        lease, token = string.match(entry, '^(%d+):(%d+)$')
-    end
-    if not lease then
+    if head then
         redis.call(publish, channel .. ':' .. head, 0)
-        return
     end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('hdel', leases, head)
-    redis.call('hset', lock, head, 1)
-    redis.call('pexpire', lock, lease)
-    redis.call(publish, channel .. ':' .. head, token)
 end
 
 -- Waiting latchkey clients of a plain lock (a latchkey addition; Redisson's layout is

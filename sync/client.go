@@ -104,7 +104,6 @@ type Client struct {
 	janitor    *janitor
 
 	owners    atomic.Int64
-	waits     atomic.Uint64 // fair waits, numbered for their tokens
 	requests  atomic.Uint64
 	window    atomic.Pointer[sendWindow] // the latest sends' shared end (see sendContext)
 	reqPrefix string                     // 16 random hex characters, the first half of every unlock request ID
@@ -211,8 +210,8 @@ func (c *Client) ID() string { return c.id }
 
 // Close stops the watchdog, the subscriptions and the janitor. Locks still held are no
 // longer renewed (their Lost channels close) and expire when their leases run out; waiting
-// calls return ErrClosed, and a lock that an acquisition under way takes meanwhile (a fair
-// lock's grant included) is given back. Close does not close the rueidis client. It is
+// calls return ErrClosed, and a lock that an acquisition under way takes meanwhile is given
+// back. Close does not close the rueidis client. It is
 // idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {

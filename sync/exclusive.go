@@ -29,16 +29,16 @@ type exclusive struct {
 type variant interface {
 	// wakeCh is the channel o's waits listen on.
 	wakeCh(o *holder) string
-	// prepare readies the wait w of the waiting acquisition a (how a release may hand or
-	// grant it the lock, whether it may join).
+	// prepare readies the wait w of the waiting acquisition a (whether it may join, and be
+	// handed the lock by a local release).
 	prepare(a *lockAttempt, w *wait)
 	// request is o's acquire request, for the waiting acquisition a (nil: a single attempt).
 	request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire
 	// replied is what the wait of a (nil: a single attempt) makes of an attempt's outcome.
 	replied(o *holder, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error)
 	// left withdraws a's claim after its wait ended without the lock, awaited until until at
-	// most, and reports whether a release gave a the lock meanwhile, which it then holds.
-	left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error)
+	// most.
+	left(ctx context.Context, a *lockAttempt, until time.Time)
 	// release is o's numbered release of one of holds it has in Redis (see owner.releaser).
 	release(o *holder, holds int, num lua.Numbered) lua.Request
 	// unlock releases one hold of o's (see Lock.Unlock).
@@ -130,15 +130,15 @@ func (l *exclusive) Owner() string {
 	return ""
 }
 
-// Lock takes the lock, waiting as long as ctx allows. Waiters are woken by the release
-// message and re-check at the holder's lease expiry. When ctx ends first, Lock returns
-// ctx.Err() and does not hold the lock — unless a release handed it the lock at that moment
-// (a local hand-off, a fair lock's grant): then it returns nil, holding it. Re-entering (a
-// Reentrant handle) a hold that is gone from Redis or whose lease was lost fails with
-// ErrLockLost. An error wrapping ErrOutcomeUnknown means no reply came back: either for the
-// acquire, which may have run — the hold it may have taken is not counted, not renewed, and
-// lapses with its lease, or its owner's next acquire adopts it — or for an earlier release of
-// a Reentrant handle's, repeated first, in which case nothing was acquired.
+// Lock takes the lock, waiting as long as ctx allows. Waiters are woken by the release message
+// and re-check at the holder's lease expiry. When ctx ends first, Lock returns ctx.Err() and
+// does not hold the lock — unless a local release handed it the lock at that moment: then it
+// returns nil, holding it. Re-entering (a Reentrant handle) a hold that is gone from Redis or
+// whose lease was lost fails with ErrLockLost. An error wrapping ErrOutcomeUnknown means no
+// reply came back: either for the acquire, which may have run — the hold it may have taken is
+// not counted, not renewed, and lapses with its lease, or its owner's next acquire adopts it —
+// or for an earlier release of a Reentrant handle's, repeated first, in which case nothing was
+// acquired.
 func (l *exclusive) Lock(ctx context.Context, opts ...LockOption) error {
 	cfg, err := configure(ctx, &l.o.owner, opts, LockOption.applyLock)
 	if err != nil {
@@ -231,6 +231,8 @@ func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duratio
 	l.v.prepare(a, &w)
 	var ok bool
 	switch {
+	case err != nil && !tried:
+		return false, err // a made no claim (one its owner has is an earlier wait's, which withdraws it)
 	case err != nil:
 	case tried:
 		ok, err = o.c.waitAfter(ctx, w, start, ttl)
@@ -239,23 +241,13 @@ func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duratio
 	}
 	switch {
 	case ok:
-	case !tried && err != nil && w.granted == nil:
-		// a made no claim. One a release may grant the lock to withdraws all the same: its
-		// owner's place may be an earlier wait's, whose withdrawal is still under way, and
-		// hold a grant, which the call must take or give back before it returns.
 	case errors.Is(err, ErrNotReplicated):
 		// Taken, unconfirmed and given back (see owner.attempt): the take dropped the
 		// waiter's claim (its place, its Client's registration), and the give-back freed the
 		// lock and woke the next — what a leave would do, at the cost of a third WAIT.
 		o.c.mux.Wake(w.channel)
 	default:
-		got, gerr := l.v.left(ctx, a, o.c.leaveBy(ctx, err))
-		if got {
-			return true, gerr
-		}
-		if gerr != nil {
-			err = errors.Join(err, gerr)
-		}
+		l.v.left(ctx, a, o.c.leaveBy(ctx, err))
 	}
 	return ok, err
 }
@@ -267,7 +259,6 @@ type lockAttempt struct {
 	o       *holder
 	lease   time.Duration
 	leaseMs string
-	token   string // a fair lock's: the message with which a release grants its latest attempt the lock
 	// a plain lock's: its latest attempt registered the Client, which has others waiting
 	registered, others bool
 	// out.listen: a plain lock's Client is the listener (see listen);

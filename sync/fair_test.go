@@ -512,7 +512,7 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 		if _, ok := fairDeadline(t, admin, name, leaver.l.Owner()); ok {
 			t.Fatal("the cancelled waiter's deadline is still in the zset")
 		}
-		// Our leaves and grants move no deadline (a latchkey waiter's deadline is its last
+		// Our leaves and acquires move no deadline (a latchkey waiter's deadline is its last
 		// attempt plus a wait, whatever its place; a Java waiter's only grows more lenient).
 		for i, w := range []*waiter{w0, w1, w2} {
 			want := before[w.l.Owner()]
@@ -524,8 +524,8 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 			}
 		}
 
-		// A grant moves none either: the release grants the head the lock (message 2 on its
-		// own channel, no attempt of its own), and the deadlines behind stay.
+		// Nor does the head's taking the lock: the release wakes the head ("0" on its own
+		// channel), which attempts and takes the lock, and the deadlines behind stay.
 		for _, w := range []*waiter{w1, w2} {
 			before[w.l.Owner()], _ = fairDeadline(t, admin, name, w.l.Owner())
 		}
@@ -536,13 +536,13 @@ func TestFairLockEndedWaitLeavesNoPlace(t *testing.T) {
 			t.Fatalf("the head waiter after the release: %v", err)
 		}
 		fairAwaitQueue(t, admin, name, w1.l.Owner(), w2.l.Owner())
-		if n := w0.attempts.Load(); n != 2 {
-			t.Errorf("the granted head made %d attempts, want 2 (queued, confirmed): a grant needs none", n)
+		if n := w0.attempts.Load(); n != 3 {
+			t.Errorf("the woken head made %d attempts, want 3 (queued, confirmed, woken)", n)
 		}
 		for i, w := range []*waiter{w1, w2} {
 			want := before[w.l.Owner()]
 			if got, _ := fairDeadline(t, admin, name, w.l.Owner()); got != want {
-				t.Errorf("waiter %d: deadline %d after the grant, want %d, unchanged", i+1, got, want)
+				t.Errorf("waiter %d: deadline %d after the head took the lock, want %d, unchanged", i+1, got, want)
 			}
 			if n := w.attempts.Load(); n != 2 {
 				t.Errorf("waiter %d made %d attempts; the test assumes 2", i+1, n)

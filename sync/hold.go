@@ -73,7 +73,7 @@ func (o *holder) extend(ctx context.Context, hold *watchdog.Lease, lease time.Du
 		return o.lost("extended after the lease was lost")
 	}
 	sent := time.Now()
-	msg, err := o.exec(ctx, renew(msOf(lease)).Call())
+	msg, err := o.c.exec(ctx, renew(msOf(lease)).Call())
 	if err != nil {
 		return o.wrap(err) // unconfirmed too: the lease it set is not one a failover keeps
 	}

@@ -111,10 +111,8 @@ func (o *holder) giveBack(ctx context.Context, holds int) error {
 
 // acquireOut is what an acquire script's reply says besides taken or not.
 type acquireOut struct {
-	requests uint64    // the owner's request count at the attempt (see takeGrant)
-	sent     time.Time // when the attempt was sent, if it got a reply
-	listen   bool      // a plain lock's Client is the listener (see lib.lua's listen)
-	token    int64     // a fenced lock's token, of the hold taken
+	listen bool  // a plain lock's Client is the listener (see lib.lua's listen)
+	token  int64 // a fenced lock's token, of the hold taken
 }
 
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
@@ -144,10 +142,6 @@ func (o *holder) attempt(ctx context.Context, lease time.Duration, r lua.Acquire
 	}
 	sent := time.Now()
 	call := r.WithHolds(o.count)
-	o.requests++
-	if out != nil {
-		out.requests = o.requests
-	}
 	msg, pending, err := o.c.try(ctx, true, true, &scriptCall{o.c, call})
 	var disowned error // a reply, but a hold taken goes back: why (see disown)
 	if errors.Is(err, ErrNotReplicated) {
@@ -160,9 +154,6 @@ func (o *holder) attempt(ctx context.Context, lease time.Duration, r lua.Acquire
 			o.c.background(func() { o.late(pending, holds) }) // it takes op over
 		}
 		return 0, false, o.wrap(err)
-	}
-	if out != nil {
-		out.sent = sent
 	}
 	// A reply: whatever an earlier acquire did, this one adopted or saw gone. (A first run of
 	// a hand-off to this owner reaching Redis even later can still hand it over; the owner

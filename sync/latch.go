@@ -129,6 +129,6 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 	// zero. A 0 received since the wait registered is proof that the count reached zero
 	// meanwhile: the wait ends without reading it.
 	_, err := o.c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: -1, attempt: a,
-		granted: func(msg string) (bool, error, bool) { return msg == "0", nil, msg == "0" }})
+		over: func(msg string) bool { return msg == "0" }})
 	return err
 }

@@ -39,7 +39,7 @@ import (
 // Client the local hand-off serves waiters in arrival order, and after WithLocalHandoff
 // hand-offs in a row the lock goes to the next Client. A wake lost to the network costs the
 // others at most a third of the fair wait time (WithFairLockWaitTimeout), or the watchdog
-// timeout if that is shorter. Choose FairLock for grants in strict arrival order across
+// timeout if that is shorter. Choose FairLock for the lock in strict arrival order across
 // every Client and Java process (docs/design.md compares the two).
 type Lock struct{ exclusive }
 
@@ -160,9 +160,8 @@ func (p *plainLock) forceRelease(o *holder) lua.Request {
 // left is waitLeft, after a wait that ended without the lock (also when Close ended it: the
 // rueidis client is still open then, as Close's doc asks, and a registration left behind
 // would take a wake from others). No release gives the lock to a waiter that left.
-func (p *plainLock) left(ctx context.Context, a *lockAttempt, until time.Time) (bool, error) {
+func (p *plainLock) left(ctx context.Context, a *lockAttempt, until time.Time) {
 	p.waitLeft(ctx, a.o, until)
-	return false, nil
 }
 
 // waitLeft keeps the Client's registration in step with its waiters after a wait ended
@@ -177,6 +176,6 @@ func (p *plainLock) waitLeft(ctx context.Context, o *holder, until time.Time) {
 		o.c.mux.Wake(p.clientCh)
 		return
 	}
-	_, _ = o.withdraw(ctx, until, lua.LockLeave{Lock: o.name, Clients: p.clients, Channel: p.channel, Listener: p.listener,
-		Leaving: o.c.leaving()}, nil, func() { p.afterLeave(o.c) })
+	o.withdraw(ctx, until, lua.LockLeave{Lock: o.name, Clients: p.clients, Channel: p.channel, Listener: p.listener,
+		Leaving: o.c.leaving()}, func() { p.afterLeave(o.c) })
 }

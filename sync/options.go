@@ -267,8 +267,7 @@ func WithFairLockWaitTimeout(wait time.Duration) Option {
 //   - a watchdog renewal does not count: the lease is not extended, the renewal is tried
 //     again, and Lost closes if the lease runs out unconfirmed.
 //
-// Holds are then only ever taken by their owners' own scripts: no local hand-off, and a fair
-// lock's grant is confirmed by the waiter's own attempt. Each change costs the replicas'
+// Holds are then only ever taken by their owners' own scripts: no local hand-off. Each change costs the replicas'
 // acknowledgement, and up to timeout while one is missing; an unconfirmed acquisition costs
 // up to twice timeout (its release waits too). Default 0: no waiting. n must be >= 0 and
 // timeout at least 1 ms (WAIT's 0 would wait for ever).

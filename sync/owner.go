@@ -59,9 +59,6 @@ type owner struct {
 	latch     string   // the unlock latch key, made at the first numbered request
 	reqs      uint64   // numbered requests made
 	unsettled *request // a numbered request whose outcome is unknown, repeated before the next
-	// requests counts the owner's requests: a lock granted to the owner after an attempt is
-	// the owner's only if no request came since (see takeGrant).
-	requests uint64
 }
 
 // init makes o a fresh owner of c on the what called name.
@@ -165,7 +162,7 @@ func (o *owner) nextRequest() lua.Numbered {
 // in o.unsettled, to be repeated before the owner's next request (settle). Caller holds op.
 func (o *owner) numbered(ctx context.Context, call lua.Call) (rueidis.RedisMessage, error) {
 	sent := time.Now()
-	msg, err := o.exec(ctx, call)
+	msg, err := o.c.exec(ctx, call)
 	if errors.Is(err, ErrOutcomeUnknown) {
 		o.unsettled = &request{call: call, sent: sent}
 		o.c.obs.outcome(o, false, nil)
@@ -282,7 +279,7 @@ func (o *owner) settle(ctx context.Context) (nothing bool, err error) {
 	if r == nil {
 		return false, nil
 	}
-	msg, err := o.exec(ctx, r.call)
+	msg, err := o.c.exec(ctx, r.call)
 	if err != nil && !errors.Is(err, ErrNotReplicated) { // unconfirmed, it ran all the same
 		return false, fmt.Errorf("%w (a request of the handle whose outcome is unknown is still unsettled)", o.wrap(err))
 	}
@@ -315,9 +312,3 @@ func (o *owner) wrapKey(key string, err error) error {
 // releasedHanded is a release script's reply when the lock went to the heir (0: a hold
 // dropped; 1: freed).
 const releasedHanded int64 = 2
-
-// exec runs one request of the owner's, counting it. Caller holds op.
-func (o *owner) exec(ctx context.Context, call lua.Call) (rueidis.RedisMessage, error) {
-	o.requests++
-	return o.c.exec(ctx, call)
-}

@@ -257,5 +257,5 @@ func (l *RWLock) attempt(ctx context.Context, p *rwPair, write bool, lease time.
 // leave drops the writer o's claim after a wait that did not end in the lock, and wakes the
 // readers it held back; in the background, awaited until until at most (see owner.withdraw).
 func (l *RWLock) leave(ctx context.Context, o *holder, until time.Time) {
-	_, _ = o.withdraw(ctx, until, lua.WriteLeave{Writers: l.writers, Channel: l.channel, Owner: o.id, Publish: o.c.publishCmd}, nil, nil)
+	o.withdraw(ctx, until, lua.WriteLeave{Writers: l.writers, Channel: l.channel, Owner: o.id, Publish: o.c.publishCmd}, nil)
 }

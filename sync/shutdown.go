@@ -103,7 +103,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	go func() { // a release runs on within the retry budget whatever ctx says: ctx bounds the wait
 		defer close(done)
 		// Again until nothing is left: a hold an acquisition took as Shutdown began (a local
-		// hand-off, a fair grant) registers once the snapshot was taken.
+		// hand-off) registers once the snapshot was taken.
 		for ctx.Err() == nil {
 			underway := c.underway.all()
 			for _, done := range underway {

@@ -25,9 +25,9 @@ type wait struct {
 	// and a wake-up that reaches another is left to it (a semaphore's waiters, where a later,
 	// smaller request could succeed where the first cannot). Every ordered waiter joins.
 	ordered bool
-	// granted, if not nil, is given each message of the channel, and takes what a release
-	// gave the waiter if the message says it granted it something (see FairLock).
-	granted func(msg string) (ok bool, err error, taken bool)
+	// over, if not nil, tells a message that ends the wait by itself, with no attempt (a
+	// latch's 0: its count reached zero).
+	over func(msg string) bool
 }
 
 // An attempter makes one attempt. ttl is in ms, negative when unknown: on failure, when the
@@ -155,10 +155,8 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		select {
 		case <-sub.C():
 			woken = sub
-			if w.granted != nil {
-				if ok, err, taken := w.granted(sub.Last()); taken {
-					return ok, err
-				}
+			if w.over != nil && w.over(sub.Last()) {
+				return true, nil
 			}
 		case <-timer.C:
 		case got := <-verdicts:

@@ -316,7 +316,8 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	if code := exitCodeOf(t, cmd.Wait()); code != 128+int(syscall.SIGTERM) {
 		t.Errorf("exit status %d, want %d", code, 128+int(syscall.SIGTERM))
 	}
-	// Its place went with it: a place left would be granted the lock at the release below.
+	// Its place went with it: a place left behind would be the head at the release below, and
+	// would hold the free lock up (only the head can take it) until it lapsed.
 	if n, err := rdb.Do(context.Background(), rdb.B().Llen().Key("redisson_lock_queue:{held}").Build()).AsInt64(); err != nil || n != 0 {
 		t.Errorf("fair queue after the runner left: %d places (%v), want none", n, err)
 	}

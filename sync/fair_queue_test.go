@@ -20,16 +20,31 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Tests of the fair lock's grant: a release (force release, leave of a free lock) writes the
-// head latchkey waiter's hold with the lease it recorded in {name}:fair_leases and tells it
-// its latest attempt's token on its own channel; a Java head (no lease entry) is told "0" and attempts itself.
+// Tests of the fair lock's queue. A release (a force release, a leave that finds the lock
+// free) tells the head waiter alone, "0" on its own channel, as Redisson does, and the head
+// attempts: only the head can take a free lock. {name}:fair_waiters marks the latchkey
+// waiters in the queue (value "1"), so that an attempt can count the Java waiters ahead of
+// it for its deadline.
 
 const fairJavaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 
-func fairLeasesKey(name string) string { return names.Suffix(name, "fair_leases") }
+// fairWaitersKey is the hash that marks the latchkey waiters in the lock's queue.
+func fairWaitersKey(name string) string { return names.Suffix(name, "fair_waiters") }
 
 // fairOwnChannel is the waiter's own channel, redisson_lock__channel:{name}:<owner>.
 func fairOwnChannel(l *FairLock) string { return lockChannel(l.Name()) + ":" + l.Owner() }
+
+// fairSubscribeAll subscribes to the lock channel and to every waiter's own channel of the
+// lock name: what its published returns, a "0" told to owner is fairWoken(name, owner).
+// (One subscription for them all: the fence messages of several would mix.)
+func fairSubscribeAll(t *testing.T, ctx context.Context, rdb rueidis.Client, name string) *rawSub {
+	t.Helper()
+	return rawSubscribeAlso(t, ctx, rdb, lockChannel(name), lockChannel(name)+":*")
+}
+
+// fairWoken is how a fairSubscribeAll subscription shows the "0" published on owner's own
+// channel.
+func fairWoken(name, owner string) string { return lockChannel(name) + ":" + owner + " 0" }
 
 // hgetField returns field of the hash key, and false when there is none.
 func hgetField(t *testing.T, rdb rueidis.Client, key, field string) (string, bool) {
@@ -69,165 +84,89 @@ func fairRaw(t *testing.T, rdb rueidis.Client, cmd func(b rueidis.Builder) rueid
 	return r
 }
 
-// fairNoLeaseEntry fails if owner has an entry in the lock's lease hash.
-func fairNoLeaseEntry(t *testing.T, rdb rueidis.Client, name, owner, when string) {
+// fairNoMark fails if owner is marked as a latchkey waiter of the lock.
+func fairNoMark(t *testing.T, rdb rueidis.Client, name, owner, when string) {
 	t.Helper()
-	if v, ok := hgetField(t, rdb, fairLeasesKey(name), owner); ok {
-		t.Fatalf("%s: %s still has lease entry %q in %s", when, owner, v, fairLeasesKey(name))
+	if v, ok := hgetField(t, rdb, fairWaitersKey(name), owner); ok {
+		t.Fatalf("%s: %s is still marked (%q) in %s", when, owner, v, fairWaitersKey(name))
 	}
 }
 
-// A release grants the lock to the head latchkey waiter in its own script: each waiter in
-// turn returns from Lock having made no attempt after the grant, holding the lock once with
-// the lease it recorded (each waiter asks for a different one), its place and lease entry
-// gone; the waiters behind are not touched.
-func TestFairGrantWithoutAttempt(t *testing.T) {
+// A release tells the head waiter alone — "0" on its own channel, Redisson's message — and
+// the head attempts; nobody else is told, and no waiter behind attempts. The head is a Java
+// waiter first: the release leaves the lock free for it, and our waiters keep their places
+// until it has taken and released the lock (Redisson's scripts, written raw). Then each
+// latchkey waiter in turn is woken by the release before it and takes the lock with one
+// attempt, with the lease it asks for (each asks for a different one), its place and its
+// mark gone. Nothing of the lock is left at the end.
+func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const name = "fair:grant"
-		ctx := testCtx(t, 20*time.Second)
+		const name = "fair:wake-head"
+		ctx := testCtx(t, 30*time.Second)
 		admin := b.Client(t)
+		// Waiters re-check by themselves only a minute apart (fairSlowRechecks), so every
+		// attempt counted here is one a message caused, and a result within waitFor is a
+		// message's (every 10 s, a loaded run saw one more).
 		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		holder := hc.FairLock(name, Reentrant())
-		if err := holder.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, holder.Lock(ctx))
+		sub := fairSubscribeAll(t, ctx, admin, name)
+		fairRawPlace(t, admin, name, fairJavaOwner, time.Now().Add(10*time.Minute).UnixMilli())
 		type waiter struct {
 			l        *FairLock
 			attempts *atomic.Int64
 			lease    time.Duration
-			started  time.Time // before Lock: its attempts, and the hold they time, came after
 			done     <-chan error
 		}
-		// A waiter re-attempts by itself only a minute apart (fairSlowRechecks), so every
-		// attempt counted here is one the protocol made (every 10 s, a loaded run saw one more).
 		ws := make([]*waiter, 3)
-		var owners []string
+		owners := []string{fairJavaOwner} // the queue
 		for i := range ws {
 			c, _ := newClient(t, b.Addr, fairSlowRechecks...)
 			w := &waiter{l: c.FairLock(name, Reentrant()), attempts: fairCountAttempts(c), lease: time.Duration(40+i) * time.Second}
-			w.started = time.Now()
 			w.done = fairStartLockOpts(ctx, w.l, Lease(w.lease))
 			owners = append(owners, w.l.Owner())
 			fairAwaitQueue(t, admin, name, owners...)
 			fairAwaitSettled(t, w.attempts)
-			// The entry is the lease the waiter asks for (docs/redisson-interop.md).
-			ms := strconv.FormatInt(w.lease.Milliseconds(), 10)
-			if v, ok := hgetField(t, admin, fairLeasesKey(name), w.l.Owner()); !ok || (v != ms && !strings.HasPrefix(v, ms+":")) {
-				t.Fatalf("waiter %d: lease entry %q (%v), want %s", i, v, ok, ms)
+			// A latchkey waiter is marked as one, a Java waiter not (docs/redisson-interop.md).
+			if v, ok := hgetField(t, admin, fairWaitersKey(name), w.l.Owner()); !ok || v != "1" {
+				t.Fatalf("waiter %d: mark %q (%v) in %s, want 1", i, v, ok, fairWaitersKey(name))
 			}
 			ws[i] = w
 		}
+		fairNoMark(t, admin, name, fairJavaOwner, "a Java waiter queued")
+		sub.quiet(t, ctx, "the lock's channels while the waiters queued")
 		before := make([]int64, len(ws))
 		for i, w := range ws {
 			before[i] = w.attempts.Load()
 		}
-
-		// Each grant is made by the release before it, begun at released: the lock's TTL is
-		// the lease less the time since at most, and the hold, timed from the waiter's last
-		// attempt, ends at its lease after the waiter started at the earliest. (Bounds by the
-		// time since, not by a fixed margin: a loaded machine took over 3 s between a grant
-		// and the checks.)
-		released := time.Now()
-		if err := holder.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for i, w := range ws {
-			if err := fairAwait(t, w.done, waitFor, "waiter "+strconv.Itoa(i)); err != nil {
-				t.Fatalf("waiter %d after the release before it: %v", i, err)
-			}
-			if n := w.attempts.Load(); n != before[i] {
-				t.Errorf("waiter %d made %d attempts, %d before the grant: a granted waiter must make none", i, n, before[i])
-			}
-			for j := i + 1; j < len(ws); j++ {
-				fairPending(t, ws[j].done, "waiter "+strconv.Itoa(j))
+		// untouched fails unless the waiters from the from-th on still wait, with no attempt
+		// since they queued.
+		untouched := func(from int, when string) {
+			t.Helper()
+			for j := from; j < len(ws); j++ {
+				fairPending(t, ws[j].done, "waiter "+strconv.Itoa(j)+" "+when)
 				if n := ws[j].attempts.Load(); n != before[j] {
-					t.Errorf("waiter %d, still queued, made %d attempts, %d before: a grant wakes only the head", j, n, before[j])
+					t.Errorf("waiter %d made %d attempts %s, want none: only the head is woken", j, n-before[j], when)
 				}
 			}
-			fields, err := admin.Do(ctx, admin.B().Hgetall().Key(name).Build()).AsStrMap()
-			if err != nil || len(fields) != 1 || fields[w.l.Owner()] != "1" {
-				t.Fatalf("waiter %d granted: lock hash %v (%v), want {%s: 1}", i, fields, err, w.l.Owner())
-			}
-			if ttl := pttl(t, admin, name); ttl > w.lease.Milliseconds() || ttl < (w.lease-time.Since(released)).Milliseconds() {
-				t.Fatalf("waiter %d granted: PTTL %d, want its lease %d less the %v since the release began at most",
-					i, ttl, w.lease.Milliseconds(), time.Since(released))
-			}
-			fairNoLeaseEntry(t, admin, name, w.l.Owner(), "granted")
-			if _, ok := fairDeadline(t, admin, name, w.l.Owner()); ok {
-				t.Fatalf("waiter %d granted: its deadline is still in the zset", i)
-			}
-			if q := fairQueue(t, admin, name); !slices.Equal(q, owners[i+1:]) {
-				t.Fatalf("waiter %d granted: queue %v, want %v", i, q, owners[i+1:])
-			}
-			if !w.l.Valid() {
-				t.Fatalf("waiter %d: granted hold not valid", i)
-			}
-			if d, ok := w.l.Deadline(); !ok || time.Until(d) > w.lease || d.Before(w.started.Add(w.lease)) {
-				t.Fatalf("waiter %d: hold deadline in %v (%v), want its lease %v at most, and at least its lease after it started (%v ago)",
-					i, time.Until(d), ok, w.lease, time.Since(w.started))
-			}
-			if n, err := w.l.HoldCount(ctx); n != 1 || err != nil {
-				t.Fatalf("waiter %d: HoldCount %d, %v; want 1", i, n, err)
-			}
-			released = time.Now()
-			if err := w.l.Unlock(ctx); err != nil {
-				t.Fatalf("waiter %d: Unlock: %v", i, err)
-			}
 		}
-		fairNoPlaces(t, admin, name, "after every waiter")
-		for _, key := range []string{name, fairLeasesKey(name)} {
-			if exists(t, admin, key) {
-				t.Fatalf("%s alive after the last unlock", key)
-			}
-		}
-	})
-}
 
-// A Java head waiter (no lease entry) is told "0", Redisson's message, and keeps its
-// place; the latchkey waiter behind it is untouched, and gets the lock in its turn when the
-// Java thread has taken and released it (Redisson's scripts, written raw).
-func TestFairGrantJavaHeadGetsZero(t *testing.T) {
-	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const name = "fair:java-head"
-		ctx := testCtx(t, 20*time.Second)
-		admin := b.Client(t)
-		// Re-checks a minute apart: a result within waitFor is the Java release's doing.
-		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		wc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		wn := fairCountAttempts(wc)
-		holder, w := hc.FairLock(name, Reentrant()), wc.FairLock(name, Reentrant())
-		if err := holder.Lock(ctx); err != nil {
-			t.Fatal(err)
+		// The release tells the Java head, and nobody else; the lock stays free for it.
+		must(t, holder.Unlock(ctx))
+		if got := sub.published(t, ctx); !slices.Equal(got, []string{fairWoken(name, fairJavaOwner)}) {
+			t.Fatalf("the release published %q, want only \"0\" on the Java head's channel", got)
 		}
-		fairRawPlace(t, admin, name, fairJavaOwner, time.Now().Add(10*time.Minute).UnixMilli())
-		javaSub := rawSubscribe(t, ctx, admin, lockChannel(name)+":"+fairJavaOwner)
-		ownSub := rawSubscribe(t, ctx, admin, fairOwnChannel(w))
-		done := fairStartLock(ctx, w)
-		fairAwaitQueue(t, admin, name, fairJavaOwner, w.Owner())
-		fairAwaitSettled(t, wn)
-		before := wn.Load()
-
-		if err := holder.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := javaSub.published(t, ctx); !slices.Equal(got, []string{"0"}) {
-			t.Fatalf("the Java head's channel got %q, want [\"0\"]", got)
-		}
-		ownSub.quiet(t, ctx, "the latchkey waiter's channel, behind a Java head")
 		if exists(t, admin, name) {
-			t.Fatal("the lock is held after a release to a Java head: nothing may be granted to it")
+			t.Fatal("the lock is held after a release with a Java head: only the head may take it")
 		}
-		if q := fairQueue(t, admin, name); !slices.Equal(q, []string{fairJavaOwner, w.Owner()}) {
-			t.Fatalf("queue %v, want the Java waiter still at the head, then ours", q)
+		if q := fairQueue(t, admin, name); !slices.Equal(q, owners) {
+			t.Fatalf("queue %v after the release, want %v: the Java waiter still at the head", q, owners)
 		}
-		fairPending(t, done, "the latchkey waiter behind the Java head")
-		if n := wn.Load(); n != before {
-			t.Fatalf("the latchkey waiter behind made %d attempts, %d before the release", n, before)
-		}
+		untouched(0, "behind a Java head")
 
-		// The Java waiter attempts and takes the free lock at the head, as Redisson's acquire does...
+		// The Java waiter attempts and takes the free lock at the head, as Redisson's acquire
+		// does, and releases it as Redisson's release does: DEL, "0" on the next head's channel.
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Lpop().Key(fairQueueKey(name)).Build() })
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
 			return b.Zrem().Key(fairTimeoutKey(name)).Member(fairJavaOwner).Build()
@@ -236,114 +175,82 @@ func TestFairGrantJavaHeadGetsZero(t *testing.T) {
 			return b.Hset().Key(name).FieldValue().FieldValue(fairJavaOwner, "1").Build()
 		})
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(180000).Build() })
-		// ...and releases it: DEL, "0" on the next head's channel.
+		untouched(0, "while the Java waiter holds the lock")
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(name).Build() })
 		released := time.Now()
-		if n := mustInt(t, admin.Do(ctx, admin.B().Publish().Channel(fairOwnChannel(w)).Message("0").Build())); n != 2 {
-			t.Fatalf("the Java release reached %d subscribers, want our waiter's Client and the test's", n)
+		if n := mustInt(t, admin.Do(ctx, admin.B().Publish().Channel(fairOwnChannel(ws[0].l)).Message("0").Build())); n != 2 {
+			t.Fatalf("the Java release reached %d subscribers, want the head's Client and the test's", n)
 		}
-		if err := fairAwait(t, done, waitFor, "our waiter after the Java release"); err != nil {
-			t.Fatalf("our waiter after the Java waiter's turn: %v", err)
+		if got := sub.published(t, ctx); !slices.Equal(got, []string{fairWoken(name, ws[0].l.Owner())}) {
+			t.Fatalf("the Java release published %q, want only \"0\" on our head's channel", got)
 		}
-		if d := time.Since(released); d > waitFor {
-			t.Fatalf("our waiter got the lock %v after the Java release (its own re-check is a minute away)", d)
-		}
-		if n := wn.Load(); n != before+1 {
-			t.Errorf("our waiter made %d attempts after the Java release, want 1: a 0 means attempt", n-before)
-		}
-		if v, ok := hgetField(t, admin, name, w.Owner()); !ok || v != "1" {
-			t.Fatalf("HGET %s %s = %q (%v), want 1", name, w.Owner(), v, ok)
-		}
-		fairNoPlaces(t, admin, name, "after our waiter took the lock")
-		fairNoLeaseEntry(t, admin, name, w.Owner(), "after our waiter took the lock")
-		if err := w.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
 
-// A grant the waiter never learned of (its message lost) is found by the leave its ended
-// wait runs, and taken: the call succeeds. Its release then grants the waiter behind in turn.
-func TestFairGrantUnlearnedTakenByLeave(t *testing.T) {
-	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const name = "fair:unlearned"
-		ctx := testCtx(t, 20*time.Second)
-		admin := b.Client(t)
-		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
-			return b.Hset().Key(name).FieldValue().FieldValue(fairJavaOwner, "1").Build()
-		})
-		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(180000).Build() })
-		// withLeaveGrace: the leave's reply, however slow, decides the wait
-		wc, _ := newClient(t, b.Addr, append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
-		nc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		wn, nn := fairCountAttempts(wc), fairCountAttempts(nc)
-		w, next := wc.FairLock(name, Reentrant()), nc.FairLock(name, Reentrant())
-		wCtx, cancelW := context.WithCancel(ctx)
-		defer cancelW()
-		wDone := fairStartLock(wCtx, w)
-		fairAwaitQueue(t, admin, name, w.Owner())
-		fairAwaitSettled(t, wn)
-		nextDone := fairStartLock(ctx, next)
-		fairAwaitQueue(t, admin, name, w.Owner(), next.Owner())
-		fairAwaitSettled(t, nn)
-		nextBefore := nn.Load()
-
-		// The Java holder releases, and the release grants w as hand_on does — but its
-		// message never arrives.
-		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Del().Key(name).Build() })
-		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Lpop().Key(fairQueueKey(name)).Build() })
-		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
-			return b.Zrem().Key(fairTimeoutKey(name)).Member(w.Owner()).Build()
-		})
-		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
-			return b.Hdel().Key(fairLeasesKey(name)).Field(w.Owner()).Build()
-		})
-		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
-			return b.Hset().Key(name).FieldValue().FieldValue(w.Owner(), "1").Build()
-		})
-		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed { return b.Pexpire().Key(name).Milliseconds(30000).Build() })
-		fairPending(t, wDone, "the waiter whose grant message was lost")
-
-		// Its wait ends: the leave finds the hold and the wait takes it, as a heir handed the
-		// lock as its context ends does (a leave that released it could, run late, release a
-		// hold taken since). It then releases it as usual, to the waiter behind.
-		cancelW()
-		if err := fairAwait(t, wDone, waitFor, "the cancelled waiter"); err != nil {
-			t.Fatalf("Lock of the waiter granted without a message, ctx cancelled: %v, want nil (the grant taken)", err)
+		// Each latchkey waiter in turn is woken by the release before it, begun at released,
+		// and takes the lock with an attempt of its own made since: the lock's TTL is its
+		// lease less the time since at most, and its hold ends a lease after released at the
+		// earliest. (Bounds by the time since, not by a fixed margin: a loaded machine took
+		// over 3 s between a release and the checks.)
+		for i, w := range ws {
+			if err := fairAwait(t, w.done, waitFor, "waiter "+strconv.Itoa(i)); err != nil {
+				t.Fatalf("waiter %d after the release before it: %v", i, err)
+			}
+			if n := w.attempts.Load(); n != before[i]+1 {
+				t.Errorf("waiter %d made %d attempts once woken, want 1: a 0 means attempt", i, n-before[i])
+			}
+			untouched(i+1, "while waiter "+strconv.Itoa(i)+" took the lock")
+			fields, err := admin.Do(ctx, admin.B().Hgetall().Key(name).Build()).AsStrMap()
+			if err != nil || len(fields) != 1 || fields[w.l.Owner()] != "1" {
+				t.Fatalf("waiter %d woken: lock hash %v (%v), want {%s: 1}", i, fields, err, w.l.Owner())
+			}
+			if ttl := pttl(t, admin, name); ttl > w.lease.Milliseconds() || ttl < (w.lease-time.Since(released)).Milliseconds() {
+				t.Fatalf("waiter %d woken: PTTL %d, want its lease %d less the %v since the release before it began at most",
+					i, ttl, w.lease.Milliseconds(), time.Since(released))
+			}
+			fairNoMark(t, admin, name, w.l.Owner(), "waiter "+strconv.Itoa(i)+" took the lock")
+			if _, ok := fairDeadline(t, admin, name, w.l.Owner()); ok {
+				t.Fatalf("waiter %d took the lock: its deadline is still in the zset", i)
+			}
+			if q := fairQueue(t, admin, name); !slices.Equal(q, owners[i+2:]) {
+				t.Fatalf("waiter %d took the lock: queue %v, want %v", i, q, owners[i+2:])
+			}
+			if !w.l.Valid() {
+				t.Fatalf("waiter %d: hold not valid", i)
+			}
+			if d, ok := w.l.Deadline(); !ok || time.Until(d) > w.lease || d.Before(released.Add(w.lease)) {
+				t.Fatalf("waiter %d: hold deadline in %v (%v), want its lease %v at most, and at least its lease after the release before it began (%v ago)",
+					i, time.Until(d), ok, w.lease, time.Since(released))
+			}
+			if n, err := w.l.HoldCount(ctx); n != 1 || err != nil {
+				t.Fatalf("waiter %d: HoldCount %d, %v; want 1", i, n, err)
+			}
+			released = time.Now()
+			if err := w.l.Unlock(ctx); err != nil {
+				t.Fatalf("waiter %d: Unlock: %v", i, err)
+			}
+			var want []string // the last release: nobody to tell, and nothing on the lock channel
+			if i+1 < len(ws) {
+				want = []string{fairWoken(name, ws[i+1].l.Owner())}
+			}
+			if got := sub.published(t, ctx); !slices.Equal(got, want) {
+				t.Fatalf("waiter %d's release published %q, want %q", i, got, want)
+			}
 		}
-		if !w.Valid() {
-			t.Fatal("the waiter took the grant but its hold is not valid")
-		}
-		if n, err := w.HoldCount(ctx); n != 1 || err != nil {
-			t.Fatalf("HoldCount %d, %v; want 1", n, err)
-		}
-		must(t, w.Unlock(ctx))
-		if err := fairAwait(t, nextDone, waitFor, "the waiter behind"); err != nil {
-			t.Fatalf("the waiter behind, after the leave freed the lock: %v", err)
-		}
-		if n := nn.Load(); n != nextBefore {
-			t.Errorf("the waiter behind made %d attempts after the leave: it must be granted the lock", n-nextBefore)
-		}
-		if v, ok := hgetField(t, admin, name, next.Owner()); !ok || v != "1" {
-			t.Fatalf("HGET %s %s = %q (%v), want 1", name, next.Owner(), v, ok)
-		}
-		fairNoPlaces(t, admin, name, "after the leave and the grant")
-		if err := next.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if exists(t, admin, name) || exists(t, admin, fairLeasesKey(name)) {
-			t.Fatal("lock or lease hash alive at the end")
+		fairNoPlaces(t, admin, name, "after every waiter")
+		for _, key := range []string{name, fairWaitersKey(name)} {
+			if exists(t, admin, key) {
+				t.Fatalf("%s alive after the last unlock", key)
+			}
 		}
 	})
 }
 
 // Two latchkey waiters crash (their Clients' connections go dark: no more attempts, no
-// leave, no unlock) while queued ahead of a live one; the holder's release grants the lock
-// to the first dead one, which never takes it. The live waiter still gets the lock — once the
-// dead one's lease has run out and the second dead place has lapsed — and nothing is left in
-// Redis.
-func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
+// leave, no unlock) while queued ahead of a live one. The holder's release tells the first
+// dead one, the head, and nobody else; it never attempts, and the free lock can be taken by
+// the head alone. The queue is not stranded: once both dead places have lapsed (one wait
+// after their last attempts) — not before — the live waiter's own re-check drops them and
+// takes the lock, and nothing is left in Redis.
+func TestFairCrashedWaitersDoNotStrand(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		t.Parallel()
@@ -358,19 +265,18 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		if err := holder.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
+		sub := fairSubscribeAll(t, ctx, admin, name)
 		deadCtx := testCtx(t, 60*time.Second)
 		var proxies []*redistest.Proxy
 		var dead []*FairLock
-		var subs []*rawSub
 		for range 2 {
 			p := redistest.NewProxy(t, b.Addr)
 			c, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
 			l := c.FairLock(name, Reentrant())
-			fairStartLockOpts(deadCtx, l, Lease(wait)) // never returns a result we read
+			fairStartLock(deadCtx, l) // never returns a result we read
 			dead = append(dead, l)
 			proxies = append(proxies, p)
 			fairAwaitQueue(t, admin, name, fairOwners(dead)...)
-			subs = append(subs, rawSubscribe(t, ctx, admin, fairOwnChannel(l)))
 		}
 		lc, _ := newClient(t, b.Addr, WithFairLockWaitTimeout(wait))
 		live := lc.FairLock(name, Reentrant())
@@ -383,22 +289,20 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 			p.Blackhole(true) // the processes die
 		}
 		// The dead places are live for at most one wait after the dead waiters' last attempts:
-		// the release must run before, so that it finds them queued ahead.
-		lapse := int64(1<<62 - 1)
+		// the release must run before, so that it finds them queued ahead. (A deadline read
+		// here is the place's at the latest: deadlines only grow.)
+		lapse, lapsed := int64(1<<62-1), int64(0) // the first dead place's lapse, the last one's
 		for _, l := range dead {
 			d, ok := fairDeadline(t, admin, name, l.Owner())
 			if !ok {
 				t.Fatalf("dead waiter %s has no deadline right after dying", l.Owner())
 			}
-			lapse = min(lapse, d)
+			lapse, lapsed = min(lapse, d), max(lapsed, d)
 		}
 		if q := fairQueue(t, admin, name); !slices.Equal(q, want) {
 			t.Fatalf("queue %v right before the release, want %v", q, want)
 		}
-		// The grant's message is the token of the first dead waiter's latest attempt, which its
-		// lease entry carries.
-		entry, _ := hgetField(t, admin, names.Suffix(name, "fair_leases"), dead[0].Owner())
-		_, token, _ := strings.Cut(entry, ":")
+		sub.quiet(t, ctx, "the lock's channels while the waiters queued")
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -406,15 +310,20 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 		if unlocked.UnixMilli() >= lapse {
 			t.Fatalf("the release ended %d ms after the first dead place lapsed: the test did not produce dead waiters queued ahead", unlocked.UnixMilli()-lapse+1)
 		}
-		if got := subs[0].published(t, ctx); !slices.Equal(got, []string{token}) || token == "" {
-			t.Fatalf("the first dead waiter's channel got %q, want [%q]: the release must grant it the lock", got, token)
+		if got := sub.published(t, ctx); !slices.Equal(got, []string{fairWoken(name, dead[0].Owner())}) {
+			t.Fatalf("the release published %q, want only \"0\" on the first dead waiter's channel: it is the head", got)
 		}
-		subs[1].quiet(t, ctx, "the second dead waiter's channel")
 
 		if err := fairAwait(t, liveDone, waitFor, "the live waiter behind two dead ones"); err != nil {
 			t.Fatalf("the live waiter behind two crashed waiters: %v", err)
 		}
+		// Its attempt was sent once both dead places had lapsed, by the clock the scripts are
+		// given (this process's).
+		if now := time.Now().UnixMilli(); now < lapsed {
+			t.Fatalf("the live waiter got the lock %d ms before the last dead place ahead of it lapsed", lapsed-now)
+		}
 		t.Logf("%s: the live waiter got the lock %v after the release", b.Name, time.Since(unlocked))
+		sub.quiet(t, ctx, "the lock's channels once the release told the head: the live waiter's own re-check took the lock")
 		if v, ok := hgetField(t, admin, name, live.Owner()); !ok || v != "1" {
 			t.Fatalf("HGET %s %s = %q (%v), want 1", name, live.Owner(), v, ok)
 		}
@@ -423,17 +332,17 @@ func TestFairGrantCrashedWaitersDoNotStrand(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The live Clients' unlock latches go with them. The dead Clients leave nothing: they
-		// never released (no latch), the first one's place and lease entry went with the grant
-		// and its hold lapsed with its lease (one wait), the second one's were dropped as stale by
-		// the live waiter's attempt. (Without a live waiter behind, that second place would
-		// stay in the queue and the zset, which have no TTL, until the next script on the lock;
-		// only the lease hash lapses, three waits after the last attempt.)
+		// never released (no latch), and their places and marks were dropped as stale by the
+		// live waiter's attempt. (Without a live waiter behind, the dead places would stay in
+		// the queue and the zset, which have no TTL, until the next script on the lock; only
+		// the marks lapse, three waits after the last attempt.)
 		lc.Close()
 		hc.Close()
 		eventually(t, waitFor, "nothing left in Redis", func() bool { return dbsize(t, admin) == 0 })
 	})
 }
 
+// fairOwners returns the owners of ls, in order.
 func fairOwners(ls []*FairLock) []string {
 	var s []string
 	for _, l := range ls {
@@ -444,7 +353,7 @@ func fairOwners(ls []*FairLock) []string {
 
 // Each attempt of a queued latchkey waiter sets its deadline to now + wait × (1 + the Java
 // waiters ahead of it).
-func TestFairGrantDeadlineFormula(t *testing.T) {
+func TestFairDeadlineFormula(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name, wait = "fair:deadline", 20 * time.Second
@@ -491,17 +400,17 @@ func TestFairGrantDeadlineFormula(t *testing.T) {
 	})
 }
 
-// A lease entry left behind by a Java script (Redisson's stale-drop of a dead latchkey
-// waiter) can hide a Java waiter from a latchkey waiter's count of Java waiters ahead (a
-// documented cost of counting them only when lease entries are fewer than places): the
-// waiter's deadline is then one wait short, and the Java waiter's grant — which moves every
-// deadline one wait earlier — makes it stale at the head. It must lose no more than its
-// place: it queues again and gets the lock.
-func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
+// A mark left behind by a Java script (Redisson's stale-drop of a dead latchkey waiter
+// removes its place, not its mark in {name}:fair_waiters) can hide a Java waiter from a
+// latchkey waiter's count of Java waiters ahead (a documented cost of counting them only
+// when marks are fewer than places): the waiter's deadline is then one wait short, and the
+// Java waiter's taking the lock — which moves every deadline one wait earlier — makes it
+// stale at the head. It must lose no more than its place: it queues again and gets the lock.
+func TestFairHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		// Places outlive the steps between them on a loaded machine (a 300 ms one lapsed, and
-		// took the dead waiter's lease entry with it).
+		// took the dead waiter's mark with it).
 		const name, wait = "fair:deadline-ghost", 2 * time.Second
 		ctx := testCtx(t, 60*time.Second)
 		admin := b.Client(t)
@@ -511,7 +420,7 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A latchkey waiter dies queued, and a Java script removes its place as Redisson's
-		// stale-drop does (LPOP / ZREM): its lease entry stays.
+		// stale-drop does (LPOP / ZREM): its mark stays.
 		p := redistest.NewProxy(t, b.Addr)
 		gc, _ := newClient(t, p.Addr(), WithFairLockWaitTimeout(wait))
 		ghost := gc.FairLock(name, Reentrant())
@@ -522,8 +431,8 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
 			return b.Zrem().Key(fairTimeoutKey(name)).Member(ghost.Owner()).Build()
 		})
-		if _, ok := hgetField(t, admin, fairLeasesKey(name), ghost.Owner()); !ok {
-			t.Fatal("the dead waiter's lease entry is gone: the test assumes Redisson's scripts leave it")
+		if v, ok := hgetField(t, admin, fairWaitersKey(name), ghost.Owner()); !ok || v != "1" {
+			t.Fatalf("the dead waiter's mark is %q (%v), want 1: the test assumes Redisson's scripts leave it", v, ok)
 		}
 
 		fairRawPlace(t, admin, name, fairJavaOwner, time.Now().Add(10*time.Minute).UnixMilli())
@@ -558,15 +467,15 @@ func TestFairGrantHiddenJavaWaiterCostsOnlyThePlace(t *testing.T) {
 }
 
 // A handle that waits again and again, within the linger of its own channel, subscribes
-// once: the first wait makes two attempts (queueing, and again at the subscription's
-// confirmation), every later one one (queueing), the grant none. Real Redis only: miniredis
-// keeps no command statistics.
+// once: the first wait makes three attempts (queueing, again at the subscription's
+// confirmation, and once the release wakes it), every later one two (queueing, woken).
+// Real Redis only: miniredis keeps no command statistics.
 //
 // The linger is a second of real time. A wait that may have come later than that after the
 // one before (the steps between them, on a loaded machine, took longer) may subscribe again,
 // as it should; it is not counted, and the handle waits on until ten waits came within the
 // linger, each of which must subscribe nothing.
-func TestFairGrantLoopingWaiterSubscribesOnce(t *testing.T) {
+func TestFairLoopingWaiterSubscribesOnce(t *testing.T) {
 	t.Parallel()
 	b := redistest.Redis(t)
 	const name, waits, maxWaits = "fair:loop", 10, 60
@@ -596,11 +505,12 @@ func TestFairGrantLoopingWaiterSubscribesOnce(t *testing.T) {
 		// The wait before ended (the linger began) after its release began; this one was
 		// queued, its waiter on the channel, by now.
 		counted := i > 0 && time.Since(released) < subscriptionLinger
-		want := int64(1)
+		queued := int64(1)
 		if i == 0 {
-			want = 2 // queued, then confirmed
+			queued = 2 // queued, then confirmed
 		}
-		eventually(t, waitFor, "the waiter's attempts", func() bool { return wn.Load()-before >= want })
+		want := queued + 1 // and woken by the release
+		eventually(t, waitFor, "the waiter's attempts before the release", func() bool { return wn.Load()-before >= queued })
 		released = time.Now()
 		if err := h.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -660,18 +570,18 @@ func commandCalls(t *testing.T, rdb rueidis.Client, cmd string) int64 {
 	return 0
 }
 
-// A grant's message, held back, reaching a later wait of the same handle is not taken for a
-// grant of that wait (Lock would return nil while another handle holds the lock): a grant
-// carries the token of the wait it answers. The proxy holds the message back to make the
-// order certain.
-func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
+// A wake-up only tells a waiter to attempt. A release's "0" held back in transit until the
+// wait it was for has ended reaches the handle's next wait while another handle holds the
+// lock: that wait attempts, finds the lock held, and waits on — Lock must not return (two
+// holders). The proxy holds the message back to make the order certain.
+func TestFairStaleWakeTakesNothing(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const name = "fair:stale-grant"
+		const name = "fair:stale-wake"
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		gate := newGateProxy(t, b.Addr)
-		// withLeaveGrace: the leave's reply, however slow, decides the wait
+		// withLeaveGrace: the cancelled wait returns once its leave has run, however slow
 		wc, _ := newClient(t, gate.addr(), append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
 		wn := fairCountAttempts(wc)
 		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
@@ -686,36 +596,43 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 		fairAwaitSettled(t, wn)
 
 		gate.arm([]byte(fairOwnChannel(w)))
-		if err := holder.Unlock(ctx); err != nil { // grants w; its "2" is held back
+		if err := holder.Unlock(ctx); err != nil { // wakes w, the head; its "0" is held back
 			t.Fatal(err)
 		}
-		eventually(t, waitFor, "the grant message held back", gate.holding)
-		if v, ok := hgetField(t, admin, name, w.Owner()); !ok || v != "1" {
-			t.Fatalf("HGET %s %s = %q (%v) after the release, want the grant", name, w.Owner(), v, ok)
+		eventually(t, waitFor, "the wake-up held back", gate.holding)
+		if exists(t, admin, name) {
+			t.Fatal("the lock is held after the release: only the head's own attempt may take it")
 		}
-		// The wait ends: its leave finds the grant, and the wait takes it (a leave never
-		// releases a hold). The handle releases it at once.
+		// The wait ends before it could attempt (its re-check is a minute away): its leave
+		// takes its place, and the free lock goes to the next to ask.
 		cancel1()
-		if err := fairAwait(t, first, waitFor, "the cancelled wait"); err != nil {
-			t.Fatalf("the first wait: %v, want nil (the grant taken as the wait ended)", err)
+		if err := fairAwait(t, first, waitFor, "the cancelled wait"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the first wait: %v, want context.Canceled (it was never woken)", err)
 		}
-		must(t, w.Unlock(ctx))
-		if err := other.Lock(ctx); err != nil { // another handle takes the free lock
+		fairNoPlaces(t, admin, name, "after the cancelled wait")
+		if err := other.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
+		before := wn.Load()
 		second := fairStartLock(ctx, w)
 		fairAwaitQueue(t, admin, name, w.Owner())
-		gate.open() // the first wait's "2" arrives now
-
+		eventually(t, waitFor, "the second wait's first attempt", func() bool { return wn.Load() > before })
+		gate.open() // the first wait's "0" arrives now
+		// It makes the second wait attempt (or, had the channel lapsed in between, the
+		// subscription's confirmation does), and the attempt finds the lock held.
+		eventually(t, waitFor, "the second wait's attempt once the message arrived", func() bool { return wn.Load() > before+1 })
 		select {
 		case err := <-second:
 			if err == nil {
 				_, inRedis := hgetField(t, admin, name, w.Owner())
-				t.Fatalf("two holders: the second wait took the first wait's grant message (w.Valid %v, w in the lock hash %v) while %s holds the lock",
+				t.Fatalf("two holders: the second wait returned on the first wait's message (w.Valid %v, w in the lock hash %v) while %s holds the lock",
 					w.Valid(), inRedis, other.Owner())
 			}
 			t.Fatalf("the second wait: %v", err)
 		case <-time.After(time.Second): // bounded: showing that it does NOT return
+		}
+		if v, ok := hgetField(t, admin, name, other.Owner()); !ok || v != "1" {
+			t.Fatalf("HGET %s %s = %q (%v), want 1: the other handle still holds the lock", name, other.Owner(), v, ok)
 		}
 		if err := other.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -729,23 +646,23 @@ func TestFairGrantStaleMessageIsNotAGrant(t *testing.T) {
 	})
 }
 
-// The test above with no proxy: a wait cancelled as the release grants it the lock, and the
-// handle's next Lock at once while another handle holds the lock. The grant's message
-// reaches the Client's subscriber connection a little after the command connection's
-// replies; on a loopback redis-server it lands in the next wait, which returns nil, within
-// a few dozen rounds. (miniredis delivers it before its reply: that half shows nothing.) Up
-// to 500 rounds or 3 s.
-func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
+// A wait cancelled as the release wakes it, and the handle's next Lock at once while another
+// handle holds the lock, round after round with no proxy: whichever wins — the wake-up's
+// attempt or the cancel — there are never two holders, and a cancelled wait leaves no place
+// behind (it would hold up the next holder's Lock). The wake-up reaches the Client's
+// subscriber connection a little after the command connection's replies, so on a loopback
+// redis-server it may land in the next wait. Up to 500 rounds or a second.
+func TestFairCancelledWaitsUnderRaces(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const name, maxRounds = "fair:stale-race", 500
+		const name, maxRounds = "fair:cancel-race", 500
 		ctx := testCtx(t, 20*time.Second)
 		admin := b.Client(t)
 		// withLeaveGrace: a cancelled wait returns once its leave has run, however slow
 		wc, _ := newClient(t, b.Addr, withLeaveGrace(time.Minute))
 		hc, _ := newClient(t, b.Addr)
 		w, holder := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant())
-		cancelled, rounds := 0, 0
+		cancelled, took, unknown, rounds := 0, 0, 0, 0
 		for end := time.Now().Add(time.Second); rounds < maxRounds && time.Now().Before(end); rounds++ {
 			i := rounds
 			if err := holder.Lock(ctx); err != nil {
@@ -754,13 +671,22 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 			ctx1, cancel1 := context.WithCancel(ctx)
 			first := fairStartLock(ctx1, w)
 			fairAwaitQueue(t, admin, name, w.Owner())
-			go cancel1()
+			// The cancel comes beside the release (even rounds) or after it (odd ones: the wake-up
+			// is on its way, and its attempt may be too).
+			if i%2 == 0 {
+				go cancel1()
+			}
 			if err := holder.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
+			if i%2 == 1 {
+				go cancel1()
+			}
 			err := <-first
 			cancel1()
-			if err == nil { // the grant won
+			if err == nil { // the wake-up's attempt won
+				took++
+				fairNoPlaces(t, admin, name, "round "+strconv.Itoa(i)+": the woken wait took the lock")
 				if err := w.Unlock(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -770,15 +696,20 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 				t.Fatalf("round %d: the first wait: %v", i, err)
 			}
 			cancelled++
-			// The lock is free — unless the wait's attempt was on its way as it ended and got no
-			// reply within its grace (a loaded machine): its outcome is unknown, and a hold it
-			// took is given back in the background, which the holder then waits for.
+			// The lock is free and nobody queued — unless the wait's attempt was on its way as it
+			// ended and got no reply within its grace (a loaded machine): its outcome is unknown,
+			// and a hold it took is given back in the background, which the holder then waits
+			// for.
 			var wait time.Duration
 			if errors.Is(err, ErrOutcomeUnknown) {
+				unknown++
 				wait = waitFor
+			} else {
+				fairNoPlaces(t, admin, name, "round "+strconv.Itoa(i)+": the cancelled wait returned")
 			}
 			if ok, terr := holder.TryLock(ctx, WaitTime(wait)); !ok || terr != nil {
-				t.Fatalf("round %d: TryLock of the free lock (the first wait ended with %v): %v, %v", i, err, ok, terr)
+				t.Fatalf("round %d: TryLock of the free lock (the first wait ended with %v): %v, %v; queue %v",
+					i, err, ok, terr, fairQueue(t, admin, name))
 			}
 			ctx2, cancel2 := context.WithTimeout(ctx, 20*time.Millisecond)
 			err = w.Lock(ctx2) // must time out: holder holds the lock throughout
@@ -791,87 +722,35 @@ func TestFairGrantStaleMessageUnderRaces(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("round %d: the second wait: %v", i, err)
 			}
+			if errors.Is(err, ErrOutcomeUnknown) {
+				unknown++
+			}
 			if err := holder.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		t.Logf("%s: %d rounds, %d first waits cancelled, no stale grant taken", b.Name, rounds, cancelled)
+		t.Logf("%s: %d rounds: %d first waits took the lock, %d were cancelled; %d waits of unknown outcome",
+			b.Name, rounds, took, cancelled, unknown)
+		if unknown == 0 {
+			fairNoPlaces(t, admin, name, "after the last round")
+			for _, key := range []string{name, fairWaitersKey(name)} {
+				if exists(t, admin, key) {
+					t.Fatalf("%s alive after the last round", key)
+				}
+			}
+		}
 	})
 }
 
-// Two goroutines sharing a handle wait on its one place and its one channel. A release
-// grants the handle; one goroutine's wait ends (its context). The leave takes the grant for
-// the handle (were it to release the grant and hand the lock on, the other goroutine could
-// take the grant's message and hold the lock beside the waiter it went to), the other
-// goroutine re-enters, and the waiter behind waits for the handle's releases. The proxy
-// holds the message back to make the order certain.
-func TestFairGrantSharedHandleLeaveTakesGrant(t *testing.T) {
-	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const name = "fair:shared-handle"
-		ctx := testCtx(t, 20*time.Second)
-		admin := b.Client(t)
-		gate := newGateProxy(t, b.Addr)
-		// withLeaveGrace: the leave's reply, however slow, decides the wait
-		wc, _ := newClient(t, gate.addr(), append(slices.Clip(fairSlowRechecks), withLeaveGrace(time.Minute))...)
-		wn := fairCountAttempts(wc)
-		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		xc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		xn := fairCountAttempts(xc)
-		w, holder, x := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
-		if err := holder.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		g1 := fairStartLock(ctx, w)
-		fairAwaitQueue(t, admin, name, w.Owner())
-		fairAwaitSettled(t, wn)
-		ctx2, cancel2 := context.WithCancel(ctx)
-		defer cancel2()
-		g2 := fairStartLock(ctx2, w)
-		eventually(t, waitFor, "the second goroutine waiting", func() bool {
-			return wc.mux.Waiters(fairOwnChannel(w)) == 2 && wn.Load() >= 3
-		})
-		xDone := fairStartLock(ctx, x)
-		fairAwaitQueue(t, admin, name, w.Owner(), x.Owner())
-		fairAwaitSettled(t, xn)
-
-		gate.arm([]byte(fairOwnChannel(w)))
-		if err := holder.Unlock(ctx); err != nil { // grants w
-			t.Fatal(err)
-		}
-		eventually(t, waitFor, "the grant message held back", gate.holding)
-		// One goroutine's wait ends: its leave finds the handle's grant and takes it. The other
-		// goroutine shares the handle, so it shares the hold: when the grant message arrives
-		// it takes no second grant, and its attempt re-enters. x waits throughout.
-		cancel2()
-		if err := fairAwait(t, g2, waitFor, "the cancelled goroutine"); err != nil {
-			t.Fatalf("the cancelled goroutine: %v, want nil (the grant taken as its wait ended)", err)
-		}
-		gate.open()
-		if err := fairAwait(t, g1, waitFor, "the other goroutine"); err != nil {
-			t.Fatalf("the other goroutine: %v", err)
-		}
-		if n, err := w.HoldCount(ctx); n != 2 || err != nil {
-			t.Fatalf("HoldCount %d, %v; want 2: the grant, and the other goroutine's re-entry", n, err)
-		}
-		fairPending(t, xDone, "the waiter behind, while the handle holds the lock")
-		must(t, w.Unlock(ctx))
-		must(t, w.Unlock(ctx))
-		if err := fairAwait(t, xDone, waitFor, "the waiter behind"); err != nil {
-			t.Fatalf("the waiter behind, after the handle's releases: %v", err)
-		}
-		must(t, x.Unlock(ctx))
-	})
-}
-
-// The leave script drops stale heads before it hands a free lock on, as every other fair
-// script does. Were it not to, a dead latchkey waiter whose place has lapsed but which no
-// script has dropped yet would be granted the lock, and hold it for its whole lease — past
-// the "one wait" a crashed waiter may cost — while the live waiters behind wait. Here the dead waiter's place is
-// written as a latchkey waiter's attempt leaves it, and its lapse by moving its deadline
-// into the past (standing for the time in which nobody attempted: the lock's holder died
-// too, and the waiter behind leaves before its next re-check).
-func TestFairGrantLeaveSkipsLapsedHead(t *testing.T) {
+// The leave script drops stale heads before it wakes the head of a free lock, as every other
+// fair script does. Were it not to, it would tell a dead latchkey waiter whose place has
+// lapsed but which no script has dropped yet, which never attempts, and the live waiter
+// behind would wait for its own re-check — past the "one wait" a crashed waiter may cost.
+// Here the dead waiter's place and mark are written as a latchkey waiter's attempt leaves
+// them, and its lapse by moving its deadline into the past (standing for the time in which
+// nobody attempted: the lock's holder died too, and the waiter behind leaves before its next
+// re-check).
+func TestFairLeaveSkipsLapsedHead(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name, deadOwner = "fair:leave-lapsed", "0b0e3f5e-2d5e-4f57-9d0e-6f6a1c2e9a11:7"
@@ -879,13 +758,14 @@ func TestFairGrantLeaveSkipsLapsedHead(t *testing.T) {
 		admin := b.Client(t)
 		fairRawPlace(t, admin, name, deadOwner, time.Now().Add(time.Minute).UnixMilli()) // lapsed below, not before
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
-			return b.Hset().Key(fairLeasesKey(name)).FieldValue().FieldValue(deadOwner, "30000").Build()
+			return b.Hset().Key(fairWaitersKey(name)).FieldValue().FieldValue(deadOwner, "1").Build()
 		})
-		// Re-checks a minute apart: only the leave can hand x the lock within waitFor.
+		// Re-checks a minute apart: only the leave's wake-up can have x attempt within waitFor.
 		wc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		xc, _ := newClient(t, b.Addr, fairSlowRechecks...)
 		wn, xn := fairCountAttempts(wc), fairCountAttempts(xc)
 		w, x := wc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
+		sub := fairSubscribeAll(t, ctx, admin, name)
 		wCtx, cancelW := context.WithCancel(ctx)
 		defer cancelW()
 		wDone := fairStartLock(wCtx, w)
@@ -894,6 +774,7 @@ func TestFairGrantLeaveSkipsLapsedHead(t *testing.T) {
 		xDone := fairStartLock(ctx, x)
 		fairAwaitQueue(t, admin, name, deadOwner, w.Owner(), x.Owner())
 		fairAwaitSettled(t, xn)
+		xBefore := xn.Load()
 		// The dead waiter's place lapses.
 		fairRaw(t, admin, func(b rueidis.Builder) rueidis.Completed {
 			return b.Zadd().Key(fairTimeoutKey(name)).ScoreMember().ScoreMember(float64(time.Now().Add(-time.Second).UnixMilli()), deadOwner).Build()
@@ -902,13 +783,17 @@ func TestFairGrantLeaveSkipsLapsedHead(t *testing.T) {
 		if err := fairAwait(t, wDone, waitFor, "the leaving waiter"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("the leaving waiter: %v, want context.Canceled", err)
 		}
-		if v, ok := hgetField(t, admin, name, deadOwner); ok {
-			t.Fatalf("the leave granted the lock to a waiter whose place had lapsed (HGET = %q, PTTL %d ms): the live waiter behind waits out that lease",
-				v, pttl(t, admin, name))
-		}
 		if err := fairAwait(t, xDone, waitFor, "the live waiter behind"); err != nil {
 			t.Fatal(err)
 		}
+		if got := sub.published(t, ctx); !slices.Equal(got, []string{fairWoken(name, x.Owner())}) {
+			t.Fatalf("published %q, want only \"0\" on the live head's channel: the leave must wake it, not the lapsed dead waiter", got)
+		}
+		if n := xn.Load(); n != xBefore+1 {
+			t.Errorf("the live waiter made %d attempts after the leave, want 1: the one its wake-up asked for", n-xBefore)
+		}
+		fairNoPlaces(t, admin, name, "after the live waiter took the lock")
+		fairNoMark(t, admin, name, deadOwner, "the lapsed dead waiter dropped")
 		if err := x.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -1033,105 +918,6 @@ func (p *gateProxy) serverToClient(server, client net.Conn) {
 	}
 }
 
-// A grant counts only for the attempt it answered: a waiter granted the lock while it was
-// paused, whose grant lapsed and went to another meanwhile, attempts again as it resumes
-// (re-queued) before it reads the old grant's message; that message must not be taken for a
-// grant of the new attempt (Lock returned nil while another held the lock). The proxy holds
-// the message back, and a wake-up with no message makes the attempt come first.
-func TestFairGrantOfAnEarlierAttemptIsStale(t *testing.T) {
-	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		// The grant's lease outlasts a slow acquisition on a loaded machine (1 s ran out before
-		// the last grant's acquire returned under two CPU hogs); w re-checks by itself only a
-		// minute apart, so that it attempts only when the test wakes it.
-		const name, lease = "fair:stale-attempt", 5 * time.Second
-		ctx := testCtx(t, 20*time.Second)
-		admin := b.Client(t)
-		gate := newGateProxy(t, b.Addr)
-		wc, _ := newClient(t, gate.addr(), fairSlowRechecks...)
-		wn := fairCountAttempts(wc)
-		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		w, holder, other := wc.FairLock(name, Reentrant()), hc.FairLock(name), hc.FairLock(name)
-		must(t, holder.Lock(ctx))
-		waited := fairStartLockOpts(ctx, w, Lease(lease))
-		fairAwaitQueue(t, admin, name, w.Owner())
-		fairAwaitSettled(t, wn)
-
-		gate.arm([]byte(fairOwnChannel(w)))
-		must(t, holder.Unlock(ctx)) // grants w, for a lease; the message is held back
-		eventually(t, waitFor, "the grant message held back", gate.holding)
-		eventually(t, lease+waitFor, "the grant lapsed", func() bool { return !exists(t, admin, name) })
-		must(t, other.Lock(ctx)) // the lapsed grant's lock goes to another
-		attempts := wn.Load()
-		wc.mux.WakeAll() // w resumes: it attempts, and is queued again behind the holder
-		fairAwaitQueue(t, admin, name, w.Owner())
-		eventually(t, waitFor, "w's attempt", func() bool { return wn.Load() > attempts })
-		gate.open() // the old grant's message arrives now
-
-		select {
-		case err := <-waited:
-			t.Fatalf("w's Lock returned %v (Valid %v) while %s holds the lock: it took a stale grant", err, w.Valid(), other.Owner())
-		case <-time.After(time.Second): // bounded: showing that it does NOT return
-		}
-		must(t, other.Unlock(ctx)) // now w is granted the lock for real
-		if err := fairAwait(t, waited, waitFor, "w after the holder's release"); err != nil {
-			t.Fatal(err)
-		}
-		must(t, w.Unlock(ctx))
-	})
-}
-
-// A goroutine of a shared handle adopts the grant (TryLock), releases it (the lock goes to x);
-// the held-back grant message then reaches the still-waiting goroutine, whose token it is. It
-// must not take it: the owner made requests since the attempt the grant answered.
-func TestFairGrantAdoptedBySiblingIsNotTakenAgain(t *testing.T) {
-	t.Parallel()
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		const name = "fair:grant-adopted-by-sibling"
-		ctx := testCtx(t, 20*time.Second)
-		admin := b.Client(t)
-		gate := newGateProxy(t, b.Addr)
-		wc, _ := newClient(t, gate.addr(), fairSlowRechecks...)
-		wn := fairCountAttempts(wc)
-		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		xc, _ := newClient(t, b.Addr, fairSlowRechecks...)
-		xn := fairCountAttempts(xc)
-		w, holder, x := wc.FairLock(name, Reentrant()), hc.FairLock(name, Reentrant()), xc.FairLock(name, Reentrant())
-		if err := holder.Lock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		g := fairStartLock(ctx, w)
-		fairAwaitQueue(t, admin, name, w.Owner())
-		fairAwaitSettled(t, wn)
-		xDone := fairStartLock(ctx, x)
-		fairAwaitQueue(t, admin, name, w.Owner(), x.Owner())
-		fairAwaitSettled(t, xn)
-
-		gate.arm([]byte(fairOwnChannel(w)))
-		if err := holder.Unlock(ctx); err != nil { // grants w, message held back
-			t.Fatal(err)
-		}
-		eventually(t, waitFor, "grant held back", gate.holding)
-		// another goroutine on the handle
-		if ok, err := w.TryLock(ctx); !ok || err != nil {
-			t.Fatalf("TryLock: %v %v", ok, err)
-		}
-		if err := w.Unlock(ctx); err != nil { // grants x
-			t.Fatal(err)
-		}
-		if err := fairAwait(t, xDone, waitFor, "x"); err != nil {
-			t.Fatal(err)
-		}
-		gate.open()
-		select {
-		case err := <-g:
-			_, inRedis := hgetField(t, admin, name, w.Owner())
-			t.Fatalf("waiting goroutine returned %v (Valid %v, w in hash %v) while x holds", err, w.Valid(), inRedis)
-		case <-time.After(time.Second):
-		}
-	})
-}
-
 // A first run of a fair waiter's leave reaching Redis after its retry (as late_unlock_test
 // does for releases) must not delete a hold the handle took since: a leave never touches the
 // lock.
@@ -1171,10 +957,10 @@ func TestFairLateLeaveLeavesLaterHold(t *testing.T) {
 }
 
 // A fair Lock whose attempt cannot settle the handle's earlier release (its outcome still
-// unknown, the release not yet run) must not take the lock from the leave that follows: the
-// leave finds the owner's old field, which the release will still drop. Lock fails, holding
-// nothing; once the release runs, the lock is free.
-func TestFairLeaveAfterUnsettledReleaseTakesNothing(t *testing.T) {
+// unknown, the release not yet run) must take nothing: the owner's old field in the lock,
+// which the release will still drop, is no hold (and the leave that follows never touches
+// the lock). Lock fails, holding nothing; once the release runs, the lock is free.
+func TestFairLockAfterUnsettledReleaseTakesNothing(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t, 30*time.Second)
@@ -1216,14 +1002,14 @@ func TestFairLeaveAfterUnsettledReleaseTakesNothing(t *testing.T) {
 }
 
 // A fair Lock whose context ends while its handle's owner is still busy with an earlier
-// wait's clean-up must not return while the place that wait left in the queue holds a grant
-// of its owner's: a hold the caller is not told of. The earlier wait's attempt got no reply
-// in time (ErrOutcomeUnknown); its late reply queued the owner, and its withdrawal, which
-// holds the owner, is held back before it is sent. The next Lock cannot attempt (the owner
-// is busy); a release grants the place the lock, and the Lock's context ends. It returns
-// nil holding the lock, or an error with the grant given back — not an error while the
-// grant is still there.
-func TestFairLockEndedWhileOwnerBusyLeavesNoGrant(t *testing.T) {
+// wait's clean-up leaves nothing behind: no hold the caller is not told of, no place once
+// that clean-up has run. The earlier wait's attempt got no reply in time
+// (ErrOutcomeUnknown); its late reply queued the owner, and its withdrawal, which holds the
+// owner, is held back before it is sent. The next Lock cannot attempt (the owner is busy); a
+// release wakes the owner's place, the head, and the Lock's context ends: it returns
+// context.Canceled, its owner holding nothing in Redis. Once the withdrawal runs, the queue
+// is empty and the free lock goes to the next to ask.
+func TestFairLockEndedWhileOwnerBusyLeavesNothing(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		const name = "fair:ended-while-busy"
@@ -1285,36 +1071,27 @@ func TestFairLockEndedWhileOwnerBusyLeavesNoGrant(t *testing.T) {
 
 		ctx1, cancel1 := context.WithCancel(ctx)
 		defer cancel1()
+		sub := fairSubscribeAll(t, ctx, admin, name)
 		next := fairStartLock(ctx1, w) // the owner is busy: it cannot attempt
-		must(t, holder.Unlock(ctx))    // grants the owner's place the lock
-		if v, ok := hgetField(t, admin, name, w.Owner()); !ok || v != "1" {
-			t.Fatalf("HGET %s %s = %q (%v) after the release, want the grant", name, w.Owner(), v, ok)
+		must(t, holder.Unlock(ctx))    // wakes the owner's place, the head
+		if got := sub.published(t, ctx); !slices.Equal(got, []string{fairWoken(name, w.Owner())}) {
+			t.Fatalf("the release published %q, want only \"0\" on the head's channel", got)
+		}
+		if exists(t, admin, name) {
+			t.Fatal("the lock is held after the release: only the head's own attempt may take it")
 		}
 		cancel1()
-		// The Lock returns at once, or withdraws (a clean-up beside the earlier wait's and the
-		// Lock itself, both under way); only then is the earlier wait's withdrawal let go.
-		eventually(t, waitFor, "the Lock returned or withdrawing", func() bool {
-			return len(next) > 0 || len(wc.underway.all()) > 2
-		})
-		var nextErr error
-		select {
-		case nextErr = <-next:
-		default:
-			letLeave()
-			nextErr = fairAwait(t, next, waitFor, "the Lock after the earlier withdrawal")
+		// The Lock returns while the earlier wait's withdrawal still holds the owner: only then
+		// is that withdrawal let go.
+		if err := fairAwait(t, next, waitFor, "the Lock whose owner is busy"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the Lock: %v, want context.Canceled", err)
 		}
-		if nextErr == nil {
-			must(t, w.Unlock(ctx)) // the grant taken: the caller holds it
-		} else {
-			if !errors.Is(nextErr, context.Canceled) {
-				t.Fatalf("the Lock: %v, want context.Canceled", nextErr)
-			}
-			if v, ok := hgetField(t, admin, name, w.Owner()); ok {
-				t.Fatalf("the Lock returned %v while its owner holds the lock in Redis (count %s): "+
-					"a grant the caller is not told of", nextErr, v)
-			}
+		if v, ok := hgetField(t, admin, name, w.Owner()); ok {
+			t.Fatalf("the Lock returned context.Canceled while its owner holds the lock in Redis (count %s): "+
+				"a hold the caller is not told of", v)
 		}
 		letLeave()
+		fairAwaitQueue(t, admin, name) // the earlier wait's withdrawal took the place
 		if ok, err := hc.FairLock(name, Reentrant()).TryLock(ctx); !ok || err != nil {
 			t.Fatalf("TryLock of the free lock: %v, %v (queue %v)", ok, err, fairQueue(t, admin, name))
 		}

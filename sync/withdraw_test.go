@@ -1,0 +1,66 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/redistest"
+)
+
+// A Lock whose context ends while it waits withdraws the claim its attempts made — the
+// Client's registration for a plain lock, its place in the queue for a fair lock — also
+// when its first attempt was made inside the wait, on a channel still subscribed from the
+// handle's previous wait (which listens before it attempts). A claim left behind would hold
+// others up until it lapsed: a fair lock's next caller would wait a whole fair wait time
+// behind a place nobody keeps.
+func TestWaitEndedByContextWithdrawsItsClaim(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		admin := b.Client(t)
+		for _, tc := range []struct {
+			kind   string
+			handle func(c *Client, name string) waitingLocker
+			claims func(name string) []string // the claims in Redis
+		}{
+			{"lock", func(c *Client, name string) waitingLocker { return c.Lock(name) }, func(name string) []string { return registered(t, admin, name) }},
+			{"fair lock", func(c *Client, name string) waitingLocker { return c.FairLock(name) }, func(name string) []string { return fairQueue(t, admin, name) }},
+		} {
+			t.Run(tc.kind, func(t *testing.T) {
+				name := "withdraw:" + tc.kind
+				ctx := testCtx(t, waitFor)
+				hc, _ := newClient(t, b.Addr)
+				wc, _ := newClient(t, b.Addr, withLeaveGrace(time.Minute)) // a call returns once its withdrawal ran
+				holder, w := tc.handle(hc, name), tc.handle(wc, name)
+				must(t, holder.Lock(ctx))
+
+				// A first wait subscribes the waiter's channel, which stays subscribed after it.
+				if ok, err := w.TryLock(ctx, WaitTime(50*time.Millisecond)); ok || err != nil {
+					t.Fatalf("TryLock of a held lock: %v, %v", ok, err)
+				}
+				if got := tc.claims(name); len(got) != 0 {
+					t.Fatalf("claims after a wait whose time ran out: %v, want none", got)
+				}
+				wctx, cancel := context.WithCancel(ctx)
+				got := make(chan error, 1)
+				go func() { got <- w.Lock(wctx) }()
+				eventually(t, waitFor, "the second wait's claim", func() bool { return len(tc.claims(name)) == 1 })
+				cancel()
+				if err := <-got; !errors.Is(err, context.Canceled) {
+					t.Fatalf("Lock whose context was cancelled: %v, want context.Canceled", err)
+				}
+				if got := tc.claims(name); len(got) != 0 {
+					t.Fatalf("claims after a wait its context ended: %v, want none", got)
+				}
+				must(t, holder.Unlock(ctx))
+			})
+		}
+	})
+}
+
+// A waitingLocker is a lock handle with a blocking Lock.
+type waitingLocker interface {
+	Locker
+	Lock(context.Context, ...LockOption) error
+}

@@ -36,9 +36,9 @@ type variant interface {
 	request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire
 	// replied is what the wait of a (nil: a single attempt) makes of an attempt's outcome.
 	replied(o *holder, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error)
-	// left withdraws a's claim after its wait ended without the lock, awaited until until at
+	// left withdraws o's claim after its wait ended without the lock, awaited until until at
 	// most.
-	left(ctx context.Context, a *lockAttempt, until time.Time)
+	left(ctx context.Context, o *holder, until time.Time)
 	// release is o's numbered release of one of holds it has in Redis (see owner.releaser).
 	release(o *holder, holds int, num lua.Numbered) lua.Request
 	// unlock releases one hold of o's (see Lock.Unlock).
@@ -196,7 +196,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 		ttl, ok, err = l.attempt(ctx, o, lease, leaseMs, a, attemptOut)
 		tried = true
 	}
-	if a != nil && !ok {
+	if a != nil && !ok && (err == nil || tried) { // an error before any attempt: a made no claim
 		ok, err = l.wait(ctx, a, limit, join, start, tried, ttl, err)
 	}
 	if a != nil && out != nil {
@@ -223,16 +223,13 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 
 // wait waits up to limit, from start, for the lock, for a, which may join the Client's other
 // waiters; tried says whether a's first attempt was made already, which replied ttl or err
-// (then a withdraws whatever claim it made). err without tried is ctx's end before a's owner
-// was free to attempt.
+// (then a withdraws whatever claim it made).
 func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duration, join bool, start time.Time, tried bool, ttl int64, err error) (bool, error) {
 	o := a.o
 	w := wait{channel: l.v.wakeCh(o), policy: pubsub.LockPolicy, limit: limit, join: join, attempt: a}
 	l.v.prepare(a, &w)
 	var ok bool
 	switch {
-	case err != nil && !tried:
-		return false, err // a made no claim (one its owner has is an earlier wait's, which withdraws it)
 	case err != nil:
 	case tried:
 		ok, err = o.c.waitAfter(ctx, w, start, ttl)
@@ -247,7 +244,7 @@ func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duratio
 		// lock and woke the next — what a leave would do, at the cost of a third WAIT.
 		o.c.mux.Wake(w.channel)
 	default:
-		l.v.left(ctx, a, o.c.leaveBy(ctx, err))
+		l.v.left(ctx, o, o.c.leaveBy(ctx, err))
 	}
 	return ok, err
 }

@@ -14,8 +14,8 @@ import (
 )
 
 // withLeaveGrace sets how long past its context's end a call awaits the withdrawal of its
-// waiter's claim (see Client.leaveBy): tests that need the withdrawal's reply to decide,
-// whatever the machine's load, lengthen it.
+// waiter's claim (see Client.leaveBy): tests that need the withdrawal to have run when the
+// call returns, whatever the machine's load, lengthen it.
 func withLeaveGrace(d time.Duration) Option {
 	return func(c *config) error {
 		c.leaveGrace = d

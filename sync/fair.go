@@ -60,7 +60,9 @@ func (f *fairLock) keys(o *holder) lua.FairKeys {
 // tells it to attempt.
 func (f *fairLock) wakeCh(o *holder) string { return f.channel + ":" + o.id }
 
-// prepare: a fair lock's waiters never join (Redis keeps the order).
+// prepare: a fair lock's waiters never join (Redis keeps the order), and the head's 0 wakes
+// every wait of its owner (a Reentrant handle's goroutines share it), each of which may take
+// or re-enter the lock.
 func (f *fairLock) prepare(_ *lockAttempt, w *wait) { w.join, w.policy = false, pubsub.AllPolicy }
 
 // request takes the lock, or takes or keeps the waiter's place in the queue.
@@ -86,8 +88,11 @@ func (f *fairLock) forceRelease(o *holder) lua.Request {
 }
 
 // left takes the owner's place out of the queue after a wait that did not end in the lock,
-// in the background (see holder.withdraw), awaited until until at most.
-func (f *fairLock) left(ctx context.Context, a *lockAttempt, until time.Time) {
-	o := a.o
+// in the background (see holder.withdraw), awaited until until at most — unless another wait
+// of the owner's (a Reentrant handle's goroutines share it) still waits in that place.
+func (f *fairLock) left(ctx context.Context, o *holder, until time.Time) {
+	if o.c.mux.Waiters(f.wakeCh(o)) > 0 {
+		return
+	}
 	o.withdraw(ctx, until, lua.FairLeave{FairKeys: f.keys(o), Channel: f.channel, Owner: o.id, Publish: o.c.publishCmd, NowMs: nowMs()}, nil)
 }

@@ -160,9 +160,7 @@ func (p *plainLock) forceRelease(o *holder) lua.Request {
 // left is waitLeft, after a wait that ended without the lock (also when Close ended it: the
 // rueidis client is still open then, as Close's doc asks, and a registration left behind
 // would take a wake from others). No release gives the lock to a waiter that left.
-func (p *plainLock) left(ctx context.Context, a *lockAttempt, until time.Time) {
-	p.waitLeft(ctx, a.o, until)
-}
+func (p *plainLock) left(ctx context.Context, o *holder, until time.Time) { p.waitLeft(ctx, o, until) }
 
 // waitLeft keeps the Client's registration in step with its waiters after a wait ended
 // without the lock, or after a release that registered the Client for waiters that have

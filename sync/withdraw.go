@@ -35,7 +35,6 @@ func (o *holder) withdraw(ctx context.Context, until time.Time, s lua.Request, a
 			return // a re-entry, which never claims
 		}
 		if _, err := o.c.exec(ctx, s.Call()); err != nil && !errors.Is(err, ErrNotReplicated) {
-			o.unsure = o.unsure || errors.Is(err, ErrOutcomeUnknown)
 			o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", o.fields(zap.Error(o.wrap(err)))...)
 		}
 	})

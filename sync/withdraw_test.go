@@ -64,3 +64,44 @@ type waitingLocker interface {
 	Locker
 	Lock(context.Context, ...LockOption) error
 }
+
+// Two goroutines of a Reentrant FairLock handle wait in its owner's one place. When one's
+// context ends, the other keeps the place: the release wakes it, ahead of a caller who
+// queued later. (Its Client re-checks minutes apart: a place lost would cost it the test's
+// deadline, not a keep-alive's 10 s.)
+func TestFairWaitEndedKeepsASiblingsPlace(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:sibling-place"
+		ctx := testCtx(t, waitFor)
+		admin := b.Client(t)
+		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
+		wc, _ := newClient(t, b.Addr, fairSlow(withLeaveGrace(time.Minute))...)
+		lc, _ := newClient(t, b.Addr, fairSlowRechecks...)
+		holder, w, later := hc.FairLock(name), wc.FairLock(name, Reentrant()), lc.FairLock(name, Reentrant())
+		must(t, holder.Lock(ctx))
+		first := fairStartLock(ctx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		sctx, cancel := context.WithCancel(ctx)
+		second := fairStartLock(sctx, w)
+		eventually(t, waitFor, "both goroutines waiting", func() bool { return wc.mux.Waiters(w.wakeCh(&w.o)) == 2 })
+		cancel()
+		if err := <-second; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock whose context was cancelled: %v, want context.Canceled", err)
+		}
+		if got := fairQueue(t, admin, name); len(got) != 1 || got[0] != w.Owner() {
+			t.Fatalf("queue after one goroutine's wait ended: %v, want the handle's place [%s] kept", got, w.Owner())
+		}
+		third := fairStartLock(ctx, later)
+		fairAwaitQueue(t, admin, name, w.Owner(), later.Owner())
+		must(t, holder.Unlock(ctx))
+		if err := <-first; err != nil {
+			t.Fatalf("the goroutine still waiting in the handle's place: %v", err)
+		}
+		notYet(t, third, "the caller who queued later")
+		must(t, w.Unlock(ctx))
+		must(t, <-third)
+		must(t, later.Unlock(ctx))
+		fairNoPlaces(t, admin, name, "at the end")
+	})
+}

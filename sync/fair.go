@@ -91,7 +91,7 @@ func (f *fairLock) forceRelease(o *holder) lua.Request {
 // in the background (see holder.withdraw), awaited until until at most — unless another wait
 // of the owner's (a Reentrant handle's goroutines share it) still waits in that place.
 func (f *fairLock) left(ctx context.Context, o *holder, until time.Time) {
-	if o.c.mux.Waiters(f.wakeCh(o)) > 0 {
+	if o.waits.Load() > 0 {
 		return
 	}
 	o.withdraw(ctx, until, lua.FairLeave{FairKeys: f.keys(o), Channel: f.channel, Owner: o.id, Publish: o.c.publishCmd, NowMs: nowMs()}, nil)

@@ -31,6 +31,17 @@ const fairJavaOwner = "9c345276-aa6e-44c1-b478-bf4b14ba1498:805"
 // fairWaitersKey is the hash that marks the latchkey waiters in the lock's queue.
 func fairWaitersKey(name string) string { return names.Suffix(name, "fair_waiters") }
 
+// fairNothingLeft fails if the fair lock name has a place, a hold or a waiter's mark left.
+func fairNothingLeft(t *testing.T, rdb rueidis.Client, name, when string) {
+	t.Helper()
+	fairNoPlaces(t, rdb, name, when)
+	for _, key := range []string{name, fairWaitersKey(name)} {
+		if exists(t, rdb, key) {
+			t.Fatalf("%s: %s alive", when, key)
+		}
+	}
+}
+
 // fairOwnChannel is the waiter's own channel, redisson_lock__channel:{name}:<owner>.
 func fairOwnChannel(l *FairLock) string { return lockChannel(l.Name()) + ":" + l.Owner() }
 
@@ -235,12 +246,7 @@ func TestFairReleaseWakesOnlyTheHead(t *testing.T) {
 				t.Fatalf("waiter %d's release published %q, want %q", i, got, want)
 			}
 		}
-		fairNoPlaces(t, admin, name, "after every waiter")
-		for _, key := range []string{name, fairWaitersKey(name)} {
-			if exists(t, admin, key) {
-				t.Fatalf("%s alive after the last unlock", key)
-			}
-		}
+		fairNothingLeft(t, admin, name, "after the last unlock")
 	})
 }
 
@@ -732,12 +738,7 @@ func TestFairCancelledWaitsUnderRaces(t *testing.T) {
 		t.Logf("%s: %d rounds: %d first waits took the lock, %d were cancelled; %d waits of unknown outcome",
 			b.Name, rounds, took, cancelled, unknown)
 		if unknown == 0 {
-			fairNoPlaces(t, admin, name, "after the last round")
-			for _, key := range []string{name, fairWaitersKey(name)} {
-				if exists(t, admin, key) {
-					t.Fatalf("%s alive after the last round", key)
-				}
-			}
+			fairNothingLeft(t, admin, name, "after the last round")
 		}
 	})
 }

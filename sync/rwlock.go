@@ -229,8 +229,13 @@ func (l *RWLock) acquireAs(ctx context.Context, p *rwPair, write bool, lease, li
 	}
 	// Every message wakes every waiter, a 0 too (a Java read release): the one waiter a 0
 	// wakes may be a reader held back by a writer's claim, which would swallow it.
+	if write {
+		p.w.waits.Add(1)
+	}
 	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: limit, attempt: a})
-	if !ok && write && !errors.Is(err, ErrNotReplicated) { // unconfirmed, the take dropped the claim (see exclusive.acquire)
+	// Unconfirmed, the take dropped the claim (see exclusive.acquire); another wait of the
+	// writer's (a Reentrant handle's goroutines) keeps it.
+	if write && p.w.waits.Add(-1) == 0 && !ok && !errors.Is(err, ErrNotReplicated) {
 		l.leave(ctx, &p.w, c.leaveBy(ctx, err))
 	}
 	return ok, err

@@ -105,3 +105,44 @@ func TestFairWaitEndedKeepsASiblingsPlace(t *testing.T) {
 		fairNoPlaces(t, admin, name, "at the end")
 	})
 }
+
+// Two goroutines of a Reentrant RWLock handle wait for the write lock under its writer's one
+// claim. When one's context ends, the other keeps the claim: new readers still wait for it,
+// and it takes the lock once the reader ahead of it leaves.
+func TestWriteWaitEndedKeepsASiblingsClaim(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "rw:sibling-claim"
+		ctx := testCtx(t, waitFor)
+		admin := b.Client(t)
+		rc, _ := newClient(t, b.Addr)
+		wc, _ := newClient(t, b.Addr, withLeaveGrace(time.Minute))
+		reader, w := rc.RWLock(name), wc.RWLock(name, Reentrant())
+		must(t, reader.RLock(ctx))
+		first := make(chan error, 1)
+		go func() { first <- w.Lock(ctx) }()
+		eventually(t, waitFor, "the writer's claim", func() bool { return len(rwWriters(t, admin, name)) == 1 })
+		sctx, cancel := context.WithCancel(ctx)
+		second := make(chan error, 1)
+		go func() { second <- w.Lock(sctx) }()
+		eventually(t, waitFor, "both goroutines waiting", func() bool { return wc.mux.Waiters(rwChannel(name)) == 2 })
+		cancel()
+		if err := <-second; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock whose context was cancelled: %v, want context.Canceled", err)
+		}
+		if got := rwWriters(t, admin, name); len(got) != 1 {
+			t.Fatalf("writer claims after one goroutine's wait ended: %v, want the handle's claim kept", got)
+		}
+		if ok, err := rc.RWLock(name).TryRLock(ctx); ok || err != nil {
+			t.Fatalf("TryRLock of a new reader while the writer's claim stands: %v, %v; want false", ok, err)
+		}
+		must(t, reader.RUnlock(ctx))
+		if err := <-first; err != nil {
+			t.Fatalf("the goroutine still waiting under the claim: %v", err)
+		}
+		must(t, w.Unlock(ctx))
+		if got := rwWriters(t, admin, name); len(got) != 0 {
+			t.Fatalf("writer claims at the end: %v, want none", got)
+		}
+	})
+}

@@ -165,7 +165,7 @@ func (l *exclusive) TryLock(ctx context.Context, opts ...TryLockOption) (bool, e
 // An acquisition that may wait attempts at once when no waiter of the Client is ahead of it
 // and its channel is not subscribed (the lock is most likely free), and waits only if that
 // fails (see Client.acquire).
-func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out *acquireOut) (ok bool, err error) {
+func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out *lua.Acquired) (ok bool, err error) {
 	end, open := l.o.c.begin() // Shutdown awaits the acquisition, and what it leaves to clean up
 	defer end()
 	if !open {
@@ -262,9 +262,9 @@ type lockAttempt struct {
 	leaseMs string
 	// a plain lock's: its latest attempt registered the Client, which has others waiting
 	registered, others bool
-	// out.listen: a plain lock's Client is the listener (see listen);
-	// out.token: a fenced lock's token, once taken.
-	out  acquireOut
+	// out.Listener: a plain lock's Client is the listener (see listen);
+	// out.Token: a fenced lock's token, once taken.
+	out  lua.Acquired
 	heir heir
 }
 
@@ -273,7 +273,7 @@ func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {
 }
 
 // attempt makes one attempt as o, for the waiting acquisition a (nil: a single attempt).
-func (l *exclusive) attempt(ctx context.Context, o *holder, lease time.Duration, leaseMs string, a *lockAttempt, out *acquireOut) (int64, bool, error) {
+func (l *exclusive) attempt(ctx context.Context, o *holder, lease time.Duration, leaseMs string, a *lockAttempt, out *lua.Acquired) (int64, bool, error) {
 	ttl, ok, err := o.attempt(ctx, lease, l.v.request(o, leaseMs, a), out)
 	return l.v.replied(o, a, ttl, ok, err)
 }

@@ -61,11 +61,11 @@ func (l *FencedLock) LockToken(ctx context.Context, opts ...LockOption) (int64, 
 	if err != nil {
 		return 0, err
 	}
-	var out acquireOut
+	var out lua.Acquired
 	if _, err := l.acquire(ctx, cfg.lease, -1, &out); err != nil {
 		return 0, err
 	}
-	return out.token, nil
+	return out.Token, nil
 }
 
 // TryLockToken takes the lock as TryLock does and returns the hold's token, and whether it
@@ -75,12 +75,12 @@ func (l *FencedLock) TryLockToken(ctx context.Context, opts ...TryLockOption) (i
 	if err != nil {
 		return 0, false, err
 	}
-	var out acquireOut
+	var out lua.Acquired
 	ok, err := l.acquire(ctx, cfg.lease, cfg.wait, &out)
 	if !ok || err != nil {
 		return 0, false, err
 	}
-	return out.token, true, nil
+	return out.Token, true, nil
 }
 
 // Token returns the newest token the lock has given (0 when it has given none). Bounded as

@@ -113,22 +113,16 @@ func (o *holder) giveBack(ctx context.Context, holds int) error {
 	return err
 }
 
-// acquireOut is what an acquire script's reply says besides taken or not.
-type acquireOut struct {
-	listen bool  // a plain lock's Client is the listener (see lib.lua's listen)
-	token  int64 // a fenced lock's token, of the hold taken
-}
-
 // attempt runs an acquire script once (repeated while its reply is lost), after settling a
 // release of unknown outcome, and records the hold it took with lease (0: kept by the
 // watchdog). r is the request, sent with the holds the owner knows it has under op; its
 // reply reads as lua.Acquired, and the attempt returns its hint when it did not take. out,
-// if not nil, is given what the reply says besides.
+// if not nil, is given the reply as read.
 //
 // A hold taken that too few replicas confirmed (WithSyncReplicas), or once the Client was
 // closed, is given back at once (see giveBack) and the attempt fails with an error wrapping
 // ErrNotReplicated or ErrClosed.
-func (o *holder) attempt(ctx context.Context, lease time.Duration, r lua.Acquire, out *acquireOut) (int64, bool, error) {
+func (o *holder) attempt(ctx context.Context, lease time.Duration, r lua.Acquire, out *lua.Acquired) (int64, bool, error) {
 	if err := o.lock(ctx); err != nil {
 		return 0, false, err
 	}
@@ -168,7 +162,7 @@ func (o *holder) attempt(ctx context.Context, lease time.Duration, r lua.Acquire
 		return 0, false, o.wrap(err)
 	}
 	if out != nil {
-		out.token, out.listen = got.Token, got.Listener
+		*out = got
 	}
 	if got.Taken && disowned == nil && o.c.closing() {
 		// Closed before or while the script ran (a wait that a wake-up and Close ended at

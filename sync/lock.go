@@ -101,7 +101,7 @@ func (p *plainLock) replied(o *holder, a *lockAttempt, ttl int64, ok bool, err e
 		return ttl, ok, err
 	}
 	if a.registered && err == nil {
-		p.heard(o.c, a.out.listen, ok, a.others)
+		p.heard(o.c, a.out.Listener, ok, a.others)
 	}
 	return o.c.keepAlive(ttl), ok, err
 }

@@ -183,7 +183,6 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	ttl, ok, err, tried, join := int64(-1), false, error(nil), false, false
 	if a != nil {
-		o.waits.Add(1) // until wait ends, or below
 		// A handle that holds the lock re-enters at once: queued behind waiters, it would
 		// wait for a release only it can make. Nor may a handle queue whose last acquire's
 		// outcome is unknown: it may hold the lock without knowing, and its attempt adopts
@@ -199,8 +198,6 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	if a != nil && !ok && (err == nil || tried) { // an error before any attempt: a made no claim
 		ok, err = l.wait(ctx, a, limit, join, start, tried, ttl, err)
-	} else if a != nil {
-		o.waits.Add(-1)
 	}
 	if a != nil && out != nil {
 		*out = a.out
@@ -239,7 +236,6 @@ func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duratio
 	default:
 		ok, err = o.c.acquire(ctx, w)
 	}
-	o.waits.Add(-1)
 	switch {
 	case ok:
 	case errors.Is(err, ErrNotReplicated):

@@ -19,7 +19,8 @@ import (
 // release wakes the head alone, on its own channel (redisson_lock__channel:{name}:<owner
 // ID>), as Redisson does, and the head attempts; nobody else does. A TryLock without wait
 // time takes the lock only when nobody is queued, and never queues. A waiter whose wait ends
-// (its context, its wait time) leaves the queue, in the background.
+// (its context, its wait time) leaves the queue, in the background — unless another
+// goroutine of the same Reentrant handle still waits in that place.
 //
 // A waiter keeps its place alive by attempting again at least every third of the Client's
 // fair wait time (WithFairLockWaitTimeout, by default the watchdog timeout). A waiter that
@@ -89,9 +90,11 @@ func (f *fairLock) forceRelease(o *holder) lua.Request {
 
 // left takes the owner's place out of the queue after a wait that did not end in the lock,
 // in the background (see holder.withdraw), awaited until until at most — unless another wait
-// of the owner's (a Reentrant handle's goroutines share it) still waits in that place.
+// of the owner's (a Reentrant handle's goroutines share it) still waits in that place: the
+// channel is the owner's, and the ended wait has left it. (A sibling yet to subscribe
+// queues again, at the tail, at the attempt its subscription's confirmation makes.)
 func (f *fairLock) left(ctx context.Context, o *holder, until time.Time) {
-	if o.waits.Load() > 0 {
+	if o.c.mux.Waiters(f.wakeCh(o)) > 0 {
 		return
 	}
 	o.withdraw(ctx, until, lua.FairLeave{FairKeys: f.keys(o), Channel: f.channel, Owner: o.id, Publish: o.c.publishCmd, NowMs: nowMs()}, nil)

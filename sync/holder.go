@@ -26,10 +26,6 @@ type holder struct {
 	run      int           // consecutive local hand-offs that led to the current hold
 	since    time.Time     // when the current hold was taken (its first, of nested ones)
 	lease    atomic.Pointer[watchdog.Lease]
-	// waits counts the owner's waits under way: a Reentrant handle's goroutines share one
-	// owner, and so its claim (a fair place, a writer's claim), which the last to stop
-	// waiting withdraws.
-	waits atomic.Int32
 }
 
 // init makes h a fresh holder of c on the what called name, its holds leased as kind.

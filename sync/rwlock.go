@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/names"
@@ -55,6 +56,10 @@ type RWLock struct {
 type rwPair struct {
 	r, w     holder
 	timeouts string // the reader's timeout key prefix
+	// writes counts the writer's waits under way: a Reentrant handle's goroutines share one
+	// writer, and so its claim, which the last to stop waiting withdraws. (The channel,
+	// which every reader and writer shares, cannot tell.)
+	writes atomic.Int32
 }
 
 // RWLock returns a handle on the read-write lock called name (the Redis key of its hash). It
@@ -230,12 +235,12 @@ func (l *RWLock) acquireAs(ctx context.Context, p *rwPair, write bool, lease, li
 	// Every message wakes every waiter, a 0 too (a Java read release): the one waiter a 0
 	// wakes may be a reader held back by a writer's claim, which would swallow it.
 	if write {
-		p.w.waits.Add(1)
+		p.writes.Add(1)
 	}
 	ok, err := c.acquire(ctx, wait{channel: l.channel, policy: pubsub.AllPolicy, limit: limit, attempt: a})
 	// Unconfirmed, the take dropped the claim (see exclusive.acquire); another wait of the
 	// writer's (a Reentrant handle's goroutines) keeps it.
-	if write && p.w.waits.Add(-1) == 0 && !ok && !errors.Is(err, ErrNotReplicated) {
+	if write && p.writes.Add(-1) == 0 && !ok && !errors.Is(err, ErrNotReplicated) {
 		l.leave(ctx, &p.w, c.leaveBy(ctx, err))
 	}
 	return ok, err

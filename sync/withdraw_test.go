@@ -106,6 +106,42 @@ func TestFairWaitEndedKeepsASiblingsPlace(t *testing.T) {
 	})
 }
 
+// Two goroutines of a Reentrant FairLock handle give up while its owner is busy (another
+// request of the owner's under way): one that waited in the owner's place, and one that
+// came while it waited and never got to attempt. Whichever of them looks last, the place is
+// withdrawn once the owner is free, and holds the queue up no longer.
+func TestFairSiblingsGivingUpLeaveNoPlace(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		const name = "fair:sibling-never-attempted"
+		ctx := testCtx(t, waitFor)
+		admin := b.Client(t)
+		hc, _ := newClient(t, b.Addr, fairSlowRechecks...)
+		wc, _ := newClient(t, b.Addr, fairSlowRechecks...)
+		holder, w := hc.FairLock(name), wc.FairLock(name, Reentrant())
+		must(t, holder.Lock(ctx))
+		actx, cancelA := context.WithCancel(ctx)
+		first := fairStartLock(actx, w)
+		fairAwaitQueue(t, admin, name, w.Owner())
+		eventually(t, waitFor, "the first goroutine waiting", func() bool { return wc.mux.Waiters(w.wakeCh(&w.o)) == 1 })
+		must(t, w.o.lock(ctx)) // the owner busy: the second goroutine waits for it, and attempts nothing
+		bctx, cancelB := context.WithCancel(ctx)
+		second := fairStartLock(bctx, w)
+		cancelA()
+		if err := <-first; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the first goroutine's Lock: %v, want context.Canceled", err)
+		}
+		cancelB()
+		if err := <-second; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the second goroutine's Lock: %v, want context.Canceled", err)
+		}
+		w.o.unlock()
+		eventually(t, waitFor, "the owner's place withdrawn", func() bool { return len(fairQueue(t, admin, name)) == 0 })
+		must(t, holder.Unlock(ctx))
+		fairNothingLeft(t, admin, name, "at the end")
+	})
+}
+
 // Two goroutines of a Reentrant RWLock handle wait for the write lock under its writer's one
 // claim. When one's context ends, the other keeps the claim: new readers still wait for it,
 // and it takes the lock once the reader ahead of it leaves.

@@ -230,7 +230,7 @@ func (p *pool) request(ctx context.Context, req func(lua.Numbered) lua.Request) 
 }
 
 // run is request without the handle's checks, for a change that must reach Redis also
-// once the Client is closed (see Semaphore.passOn).
+// once the Client is closed (see Semaphore.handOn).
 func (p *pool) run(ctx context.Context, req func(lua.Numbered) lua.Request) (rueidis.RedisMessage, error) {
 	p.mu.Lock()
 	var o *owner

@@ -133,13 +133,8 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.p.check(ctx); err != nil {
 		return err
 	}
-	c := s.p.c
-	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
-		c.obs.released(s.p.what, s.p.name, n, time.Time{}, true, nil)
-		return nil
-	}
-	err := s.add(ctx, n)
-	c.obs.released(s.p.what, s.p.name, n, time.Time{}, false, err)
+	local, err := s.handOn(ctx, n)
+	s.p.c.obs.released(s.p.what, s.p.name, n, time.Time{}, local, err)
 	return err
 }
 

@@ -44,7 +44,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 		// they are not the caller's, and go on.
 		<-h.verdict
 		h.state.Store(heirGone)
-		s.passOn(ctx, n)
+		if _, err := s.handOn(ctx, n); err != nil {
+			c.log.Warn("permits handed to a wait that had ended were not given back", s.p.fields(zap.Error(err))...)
+		}
 	}
 	// A wait that waited may have had the Client registered, by its attempts or others'.
 	waited := limit != 0 && !first
@@ -59,17 +61,16 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 	return ok, err
 }
 
-// passOn releases n permits a release handed a wait that did not take them: to the Client's
-// next waiter, or to Redis — also once the Client is closed, since the Release that handed
-// them returned nil.
-func (s *Semaphore) passOn(ctx context.Context, n int) {
+// handOn gives n permits to the Client's first waiter for them (heirs.give), or else back to
+// Redis, whatever ctx says — also once the Client is closed: a Release that handed them to
+// a wait that did not take them returned nil — and reports whether they stayed local.
+func (s *Semaphore) handOn(ctx context.Context, n int) (local bool, err error) {
 	c := s.p.c
 	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
-		return
+		return true, nil
 	}
-	if _, err := s.p.run(context.WithoutCancel(ctx), s.release(n)); err != nil {
-		c.log.Warn("permits handed to a wait that had ended were not given back", s.p.fields(zap.Error(err))...)
-	}
+	_, err = s.p.run(context.WithoutCancel(ctx), s.release(n))
+	return false, err
 }
 
 // leave drops the Client's registration, and its listening, once its last waiter is gone

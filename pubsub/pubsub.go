@@ -150,7 +150,8 @@ type Waiter struct {
 	m    *Mux
 	ch   *channel
 	c    chan struct{}
-	seen uint64 // the channel's message count when the waiter registered
+	left *channel // the channel it left, once closed: whose waiters Requeue signals then
+	seen uint64   // the channel's message count when the waiter registered
 }
 
 // New returns a Mux on client and starts its connection goroutine. client is not closed by
@@ -254,6 +255,22 @@ func (w *Waiter) First() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return w.ch != nil && w.ch.waiters[0] == w
+}
+
+// Place returns w's place in its channel's queue (0: the longest-waiting; -1: closed), and
+// whether it holds a signal it has not taken yet.
+func (w *Waiter) Place() (int, bool) {
+	m := w.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w.ch != nil {
+		for i, x := range w.ch.waiters {
+			if x == w {
+				return i, len(w.c) > 0
+			}
+		}
+	}
+	return -1, false
 }
 
 // Waiters returns how many local waiters name has.
@@ -388,8 +405,20 @@ func (w *Waiter) C() <-chan struct{} { return w.c }
 
 // Requeue gives back a signal the waiter took from C but cannot use (its attempt failed for
 // a reason of its own, such as its context ending): Close then passes it on, so the wake-up
-// is not lost to the other waiters.
-func (w *Waiter) Requeue() { w.signal() }
+// is not lost to the other waiters. On a waiter closed already it goes to the channel's
+// longest-waiting waiter without a signal at once.
+func (w *Waiter) Requeue() {
+	m := w.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w.ch == nil && w.left != nil {
+		if ch := m.channels[w.left.name]; ch != nil {
+			wakeN(ch, 1)
+		}
+		return
+	}
+	w.signal()
+}
 
 // signal reports whether the waiter had no pending signal and now has one.
 func (w *Waiter) signal() bool {
@@ -413,7 +442,7 @@ func (w *Waiter) Close() {
 	if ch == nil {
 		return
 	}
-	w.ch = nil
+	w.ch, w.left = nil, ch
 	for i, x := range ch.waiters {
 		if x == w {
 			ch.waiters = append(ch.waiters[:i], ch.waiters[i+1:]...)

@@ -35,7 +35,7 @@ import (
 type heir struct {
 	key     string         // what it waits for: a lock's name, a semaphore's channel
 	permits int            // a semaphore's: how many it waits for
-	sub     *pubsub.Waiter // its registration on the channel: a semaphore's is handed permits only while first
+	sub     *pubsub.Waiter // its registration on the channel, whose order a semaphore's hand-off follows
 	// more, a semaphore's: its latest attempt found permits (or may have), too few for it
 	// (see acquirePermits).
 	more    atomic.Bool
@@ -119,28 +119,57 @@ func (q *heirs) reserve(name string) *heir {
 }
 
 // give hands n permits of the semaphore key to the Client's first waiter for them, if it
-// waits for exactly n, and reports whether it did. The first only — by the channel's order,
-// which the heirs' may not yet match: another would overtake it. All n or none, so that a
-// release is either done here or entirely Redis's. And at most max in a row (see
-// WithLocalHandoff): then the permits go back to Redis, for every Client's waiters. A
-// waiter busy with an attempt of its own is handed them too: it takes them if the attempt
-// fails, and passes them on if it succeeds (see Semaphore.acquire) — so that a release that
-// comes during an attempt does not go to Redis, and wake the waiter to attempt again.
+// waits for exactly n, and reports whether it did. The first by the channel's order, which
+// the heirs' may not yet match: another would overtake it. All n or none, so that a release
+// is either done here or entirely Redis's. And at most max in a row (see WithLocalHandoff):
+// then the permits go back to Redis, for every Client's waiters.
+//
+// Waiters served already, or leaving, are passed over. So is one parked with a wake it has
+// not acted on yet (mostly: Redis has permits for it), for the next, if that one waits for n
+// too: handed these, it would pass its wake to the next, whom the next release serves before
+// it runs in turn, and the permits in Redis would wait for a release to Redis. A parked waiter
+// handed permits leaves the channel at once, so that wakes go to waiters still waiting. A
+// waiter busy with an attempt of its own is handed them too, and stays on the channel until
+// the attempt ends, as it may act on a wake: it takes them if the attempt fails, and passes
+// them on if it succeeds (see Semaphore.acquire) — so that a release that comes during an
+// attempt does not go to Redis, and wake the waiter to attempt again.
 func (q *heirs) give(key string, n, max int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	hs := q.queue[key]
-	if len(hs) == 0 || hs[0].o != nil || q.runs[key] >= max || hs[0].permits != n || !hs[0].sub.First() ||
-		!hs[0].state.CompareAndSwap(heirParked, heirReserved) && !hs[0].state.CompareAndSwap(heirBusy, heirReserved) {
-		delete(q.runs, key)
-		return false
+	if q.runs[key] < max {
+	next:
+		for i, h := range hs {
+			place, woken := h.sub.Place()
+			if h.o != nil || place != i {
+				break
+			}
+			switch st := h.state.Load(); {
+			case st == heirReserved || st == heirGone:
+				continue
+			case h.permits != n:
+				break next
+			case st == heirParked && woken && i+1 < len(hs):
+				continue
+			}
+			parked := h.state.CompareAndSwap(heirParked, heirReserved)
+			if !parked && !h.state.CompareAndSwap(heirBusy, heirReserved) {
+				break
+			}
+			if q.runs == nil {
+				q.runs = make(map[string]int)
+			}
+			q.runs[key]++
+			if parked {
+				q.queue[key] = append(hs[:i:i], hs[i+1:]...)
+				h.sub.Close()
+			}
+			h.verdict <- verdict{handed: true}
+			return true
+		}
 	}
-	if q.runs == nil {
-		q.runs = make(map[string]int)
-	}
-	q.runs[key]++
-	hs[0].verdict <- verdict{handed: true}
-	return true
+	delete(q.runs, key)
+	return false
 }
 
 // park returns the heir, busy, to waiting, and reports whether it did: false when a release

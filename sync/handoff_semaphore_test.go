@@ -237,3 +237,54 @@ func TestSemaphoreHandoffToWaiterBusyAttempting(t *testing.T) {
 		})
 	}
 }
+
+// A local release passes over the Client's first waiter while a wake is on its way to it —
+// Redis has permits for it, which it is about to attempt for — and serves the next; the
+// waiter it serves leaves the channel at once. Otherwise a wake rides the queue in front of
+// the local releases: each waiter it reaches has been handed permits before it runs, passes
+// the wake on, and the permits in Redis wait for the next release to Redis.
+func TestSemaphoreHandoffPassesOverAWokenWaiter(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		c, _ := newClient(t, b.Addr)
+		s := c.Semaphore("handoff-woken")
+		ch := s.q.clientCh
+		hs := make([]*heir, 3)
+		for i := range hs {
+			sub, err := c.mux.Subscribe(ch, semaphorePolicy)
+			must(t, err)
+			t.Cleanup(sub.Close)
+			hs[i] = &heir{key: s.q.channel, permits: 1, sub: sub}
+			c.heirs.add(hs[i])
+		}
+		eventually(t, waitFor, "subscribed", func() bool { return c.mux.Subscribed(ch) })
+		for _, h := range hs {
+			select { // the subscription's confirmation
+			case <-h.sub.C():
+			default:
+			}
+		}
+		c.mux.Wake(ch) // the first is woken, and has not run yet
+		if !c.heirs.give(s.q.channel, 1, DefaultLocalHandoff) {
+			t.Fatal("a release of 1 with three waiters for 1 was not handed on")
+		}
+		if st := hs[0].state.Load(); st != heirParked {
+			t.Errorf("the woken first waiter is in state %d, want parked: it attempts for Redis's permits", st)
+		}
+		if st := hs[1].state.Load(); st != heirReserved {
+			t.Fatalf("the second waiter is in state %d, want reserved (handed the permit)", st)
+		}
+		if v := <-hs[1].verdict; !v.handed {
+			t.Fatalf("the second waiter's verdict %+v, want handed", v)
+		}
+		if place, _ := hs[1].sub.Place(); place != -1 || c.mux.Waiters(ch) != 2 {
+			t.Fatalf("the served waiter is at place %d of the channel's %d waiters; want it gone", place, c.mux.Waiters(ch))
+		}
+		// A wake it took and cannot use goes on to one still waiting.
+		<-hs[0].sub.C()
+		hs[1].sub.Requeue()
+		if place, woken := hs[0].sub.Place(); place != 0 || !woken {
+			t.Fatalf("the first waiter (place %d) has no wake after the served one gave its back", place)
+		}
+	})
+}

@@ -36,7 +36,9 @@ import (
 // one waits behind a large one that cannot be served yet. (TryAcquire without WaitTime makes
 // its one attempt regardless.) A Release hands its permits straight to the Client's
 // longest-waiting waiter, if that one waits for as many, with no request to Redis at all —
-// up to WithLocalHandoff times in a row; then the permits go back to Redis. A release to
+// up to WithLocalHandoff times in a row; then the permits go back to Redis. (A waiter
+// woken to take permits from Redis is passed over for the next, so that those are taken
+// too.) A release to
 // Redis wakes one other Client, the first registered whose first waiter the permits can
 // serve, and Java's waiters, which race it as Redisson's waiters race each other.
 //

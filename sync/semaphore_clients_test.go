@@ -10,6 +10,7 @@ import (
 
 	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/internal/redistest"
+	"github.com/latchkey/latchkey/lua"
 	"github.com/redis/rueidis"
 )
 
@@ -138,5 +139,64 @@ func TestSemaphoreJavaReleaseWakesAWaiter(t *testing.T) {
 				})
 			}
 		}
+	})
+}
+
+// The last waiter of a Client drops the Client's registration, also when it was served at
+// its first attempt: a waiter that joined the queue attempts first only when woken, and its
+// attempt, made while another waiter was still there, keeps the registration for that one.
+// If that one gives up before the attempt ends, seeing a waiter left, the registration is
+// the taker's to drop; kept, it would have the Client woken for permits it no longer waits
+// for, until it lapses.
+func TestSemaphoreLastWaiterServedAtFirstAttemptLeaves(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		name := "sem-last-first-" + b.Name
+		var hold atomic.Bool
+		entered, proceed := make(chan struct{}, 1), make(chan struct{})
+		rdb := newHookedRDB(t, b.Addr)
+		rdb.hook = func(_ context.Context, cmd rueidis.Completed) (rueidis.RedisResult, bool) {
+			if sha(cmd) == shaOf(lua.SemAcquire{}) && hold.CompareAndSwap(true, false) {
+				entered <- struct{}{}
+				<-proceed
+			}
+			return rueidis.RedisResult{}, false
+		}
+		c, err := New(rdb, fairSlow()...) // the registration lapses minutes after its last renewal
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		s := c.Semaphore(name)
+		must(t, s.SetPermits(ctx, 0))
+		acquire := func(ctx context.Context) <-chan error {
+			done := make(chan error, 1)
+			go func() { done <- c.Semaphore(name).Acquire(ctx, 1) }()
+			return done
+		}
+		ctxA, cancelA := context.WithCancel(ctx)
+		a := acquire(ctxA)
+		parked(t, c, s, 1)
+		b2 := acquire(ctx) // joins behind a: no attempt
+		parked(t, c, s, 2)
+		ctxC, cancelC := context.WithCancel(ctx)
+		cc := acquire(ctxC)
+		parked(t, c, s, 3)
+		admin := b.Client(t)
+		must(t, admin.Do(ctx, admin.B().Set().Key(name).Value("1").Build()).Error()) // a permit, no wake
+		hold.Store(true)
+		cancelA() // a gives up and wakes b, whose first attempt counts c as another waiter
+		if err := <-a; err == nil {
+			t.Fatal("a acquired with no permit to take")
+		}
+		<-entered
+		cancelC() // c gives up while b's attempt is on its way, and leaves it to b
+		if err := <-cc; err == nil {
+			t.Fatal("c acquired with no permit to take")
+		}
+		close(proceed)
+		must(t, <-b2)
+		eventually(t, waitFor, "the Client's registration dropped", func() bool {
+			return len(semRegistered(t, admin, name)) == 0
+		})
 	})
 }

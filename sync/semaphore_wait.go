@@ -48,8 +48,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 			c.log.Warn("permits handed to a wait that had ended were not given back", s.p.fields(zap.Error(err))...)
 		}
 	}
-	// A wait that waited may have had the Client registered, by its attempts or others'.
-	waited := limit != 0 && !first
+	// A wait that waited may have had the Client registered, by its attempts or others'; and
+	// an attempt that took, registered, kept the registration for waiters that may have gone
+	// since.
+	waited := limit != 0 && !first || reg == registrationKept
 	switch waiters := c.mux.Waiters(s.q.clientCh); {
 	case waited && reg != registrationDropped && waiters == 0:
 		s.leave(ctx, c.leaveBy(ctx, err))
@@ -61,7 +63,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 	return ok, err
 }
 
-// handOn gives n permits to the Client's first waiter for them (heirs.give), or else back to
+// handOn gives n permits to the Client's next waiter for them (heirs.give), or else back to
 // Redis, whatever ctx says — also once the Client is closed: a Release that handed them to
 // a wait that did not take them returned nil — and reports whether they stayed local.
 func (s *Semaphore) handOn(ctx context.Context, n int) (local bool, err error) {

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"os"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -15,10 +17,7 @@ import (
 // again — measured here, a 1 ms time.Sleep lasted 1.18 to 1.36 ms on average depending on the
 // library under test, more than the libraries' own hand-off costs differ, and longest for the
 // library whose reply lands during every hold (latchkey's, whose heir goes on before the
-// release's reply). In the contended scenarios only the one holder sleeps this way at a time,
-// so it costs one blocked thread; in the read-write scenario up to 17 do at once (rw.go),
-// and on a machine with few CPUs the threads coming back from it and the goroutines woken by
-// replies wait for one another's Ps, which adds the scheduler's latency to every request.
+// release's reply). A blocked thread keeps its P: see holdProcs, which adds one for each.
 func holdFor(d time.Duration) {
 	end := time.Now().Add(d)
 	for {
@@ -31,5 +30,38 @@ func holdFor(d time.Duration) {
 			return
 		}
 		// EINTR (a signal, e.g. the runtime's preemption): sleep what is left.
+	}
+}
+
+// holdProcs raises GOMAXPROCS by holders, the most threads holdFor blocks at once in the
+// scenario about to run, and returns what restores it. A thread in nanosleep keeps its P: the
+// runtime takes it back only when sysmon sees the syscall last a whole tick, and sysmon,
+// finding nothing to take for a while, sleeps 10 ms between ticks — longer than a hold. With
+// every P held so, goroutines a holder made runnable wait, and the network is polled only by
+// sysmon, every 10 ms: traced on 2 CPUs, the semaphore scenario ran whole turns at a third of
+// its rate, every round trip taking ~10 ms. A hold in a service (a request to another
+// server, a query) parks its goroutine and gives its P back; a P of its own for each blocked
+// thread does that here, in the scenarios whose holders can hold every P (the semaphore's 8,
+// the read-write scenario's 17). Not in the contended lock scenarios: their one holder at a
+// time leaves a P free with two CPUs, and a third P takes CPU from Redis on a small machine
+// (measured: every library's contended rate 7–10 % lower). Nor while no hold runs, for the
+// same reason.
+//
+// Setting GOMAXPROCS stops the runtime from following the CPUs this process may use, which
+// the latency scenarios narrow to one (see pinOneCPU): so restore hands it back to the
+// runtime's default, unless the GOMAXPROCS environment variable set it.
+func holdProcs(holders int) (restore func()) {
+	fixed := os.Getenv("GOMAXPROCS") != ""
+	if !fixed {
+		runtime.SetDefaultGOMAXPROCS() // now, not at the runtime's next look at the CPUs
+	}
+	base := runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(base + holders)
+	return func() {
+		if fixed {
+			runtime.GOMAXPROCS(base)
+		} else {
+			runtime.SetDefaultGOMAXPROCS()
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -138,8 +139,9 @@ func ratioCell(rows []row, c column) string {
 // lock's, the semaphore's and the latch's, a blank line between two.
 func markdown(res *results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Redis %s on loopback; %d timed seconds per scenario and library; run %s.\n\n",
-		res.server, int(res.opts.dur.Seconds()), res.started.UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "Redis %s on loopback; %d timed seconds per scenario and library; run %s; GOMAXPROCS %d "+
+		"(and one more for each worker that can be holding at once while the semaphore and read-write scenarios run: see their hold).\n\n",
+		res.server, int(res.opts.dur.Seconds()), res.started.UTC().Format("2006-01-02 15:04 UTC"), runtime.GOMAXPROCS(0))
 	wrote := false
 	section := func(ran bool, write func()) {
 		if !ran {
@@ -194,7 +196,8 @@ func locksMarkdown(b *strings.Builder, res *results) {
 		"a script (EVALSHA, EVAL) and each command it runs alike, so retries of a thundering herd show; "+
 		"HELLO, CLIENT, PING, the SUBSCRIBE and UNSUBSCRIBE kinds, INFO and CONFIG are left out (connection upkeep and this benchmark's readings). "+
 		"Hold mean: how long holds lasted (the holder blocks its thread in nanosleep(2) on Linux: "+
-		"a time.Sleep lasts longer the more network events the library has during it, which would blur the comparison).\n",
+		"a time.Sleep lasts longer the more network events the library has during it, which would blur the comparison; "+
+		"here one holder at a time leaves a P free).\n",
 		holdTime, idleTime)
 	for i, sc := range o.contended {
 		at := func(r row) (contendedResult, bool) {
@@ -240,7 +243,8 @@ func locksMarkdown(b *strings.Builder, res *results) {
 func rwMarkdown(b *strings.Builder, rows []rwRow, dur time.Duration) {
 	fmt.Fprintf(b, "**Read-write lock** — writer wait under continuous readers. %d readers each loop read lock → hold %v → release, "+
 		"started %v apart so that their holds overlap and a reader is almost always inside; one writer loops write lock → hold %v → release → %v idle. "+
-		"The holds are holdFor's nanosleep, as in the contended scenarios (with time.Sleep, whose timers fire in batches, the readers fall into step and leave gaps). "+
+		"The holds are holdFor's nanosleep, as in the contended scenarios (with time.Sleep, whose timers fire in batches, the readers fall into step and leave gaps), "+
+		"each blocking a thread that has a P of its own, as a hold in a service gives its P back. "+
 		"The writer starts once every reader has been inside. "+
 		"Each row runs one window of %v, not split into rounds as the lock scenarios' time is: what it measures is how long the writer can be kept out, "+
 		"which rounds would cap. latchkey's RWLock prefers writers: a waiting writer puts a claim in the zset `{N}:rwlock_writers`, "+
@@ -346,7 +350,7 @@ func semMarkdown(b *strings.Builder, res *results) {
 		"and %% of ceiling is acq/s as a share of it. "+
 		"The sessions of each turn are opened and warmed up (their workers waiting on a semaphore with no permit free) before its timed window, and closed after it; "+
 		"the time is split into rounds, the implementations taking turns, as in the lock scenarios. "+
-		"Wait: request to acquisition. Fairness: Jain's index over per-worker acquisitions. Hold mean: how long holds lasted (holdFor's nanosleep). "+
+		"Wait: request to acquisition. Fairness: Jain's index over per-worker acquisitions. Hold mean: how long holds lasted (holdFor's nanosleep, each blocking a thread that has a P of its own, as a hold in a service gives its P back). "+
 		"Client CPU/acq: this process's CPU per acquisition, all the implementation's sessions together; Redis CPU/acq: the server's. Scripts/acq: EVALSHA and EVAL calls per acquisition — an acquisition served at its first attempt, "+
 		"with its release, is 2.00, and each failed attempt adds one (the naive gate runs no script); cmds/acq: every command counted, as in the contended tables "+
 		"(the naive gate's INCR and DECR: 2.00 when every try enters, and two more for each try that does not). "+

@@ -232,11 +232,11 @@ func (w *rwWorker) run(ctx, runCtx context.Context, stop time.Time) {
 		}
 		w.waits = append(w.waits, time.Since(req))
 		w.enter()
-		// Up to 17 threads block in holdFor's nanosleep at once here, which adds the Go
-		// scheduler's latency to every request (see hold_linux.go). time.Sleep would not keep
-		// the readers staggered: the runtime fires timers in batches, at epoll_wait's
-		// millisecond granularity, so holds ending close together end together, and the readers
-		// fall into step, leaving the lock free between steps.
+		// Up to 17 threads block in holdFor's nanosleep at once here, each with a P of its own
+		// (see holdProcs). time.Sleep would not keep the readers staggered: the runtime fires
+		// timers in batches, at epoll_wait's millisecond granularity, so holds ending close
+		// together end together, and the readers fall into step, leaving the lock free between
+		// steps.
 		holdFor(holdTime)
 		w.leave()
 		if err := w.m.unlock(ctx); err != nil {
@@ -253,6 +253,7 @@ func (w *rwWorker) run(ctx, runCtx context.Context, stop time.Time) {
 // they load the scripts). Like contended, it resets Redis's command statistics as it starts
 // and counts the window's commands and server CPU.
 func rwScenario(ctx context.Context, srv *server, setup rwSetup, dur time.Duration) (rwResult, error) {
+	defer holdProcs(len(setup.readers) + 1)()
 	var occ occupancy
 	allIn := newCountdown(len(setup.readers))
 	var workers []*rwWorker

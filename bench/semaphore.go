@@ -373,6 +373,7 @@ func semWarmUp(ctx context.Context, ss []semSession, key string, perSession int)
 // caller reports loudly. Like contended, it resets Redis's command statistics as it starts
 // and counts the window's commands and server CPU.
 func semRun(ctx context.Context, srv *server, ss []semSession, key string, workers int, dur time.Duration) (semResult, error) {
+	defer holdProcs(semPermits)()
 	if err := ss[0].reset(ctx, key); err != nil {
 		return semResult{}, err
 	}

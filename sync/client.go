@@ -81,7 +81,8 @@ type Client struct {
 	leaveGrace time.Duration // see Client.leaveBy
 	obs        *observing    // see WithObserver; nil: none
 
-	heirs heirs // local waiters a release may hand its lock to
+	lockHeirs   lockHeirs   // local waiters a release may hand its lock to
+	permitHeirs permitHeirs // local waiters a Semaphore's Release may hand its permits to
 
 	lockOwners  lender[*holder]         // idle owners of lock handles (see lender)
 	holders     registry[*holder]       // owners holding something (see Shutdown)

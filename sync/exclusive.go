@@ -49,7 +49,7 @@ type variant interface {
 
 // releaseOne releases one hold of o's with v's release.
 func releaseOne(ctx context.Context, o *holder, v variant) error {
-	return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *heir) { return v.release(o, o.count, num), nil })
+	return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *lockHeir) { return v.release(o, o.count, num), nil })
 }
 
 func (l *exclusive) init(c *Client, name, what string, v variant, opts []HandleOption) {
@@ -261,7 +261,7 @@ type lockAttempt struct {
 	// out.Listener: a plain lock's Client is the listener (see listen);
 	// out.Token: a fenced lock's token, once taken.
 	out  lua.Acquired
-	heir heir
+	heir lockHeir
 }
 
 func (a *lockAttempt) attempt(ctx context.Context) (int64, bool, error) {

@@ -225,9 +225,9 @@ func TestFaultWaitEndsWhenRedisClientClosed(t *testing.T) {
 // queuedWaiters counts the waiters of c queued on name (every waiting Lock of a Client with
 // local hand-off on is queued as an heir while it waits).
 func queuedWaiters(c *Client, name string) int {
-	c.heirs.mu.Lock()
-	defer c.heirs.mu.Unlock()
-	return len(c.heirs.queue[name])
+	c.lockHeirs.mu.Lock()
+	defer c.lockHeirs.mu.Unlock()
+	return len(c.lockHeirs.queue[name])
 }
 
 // A lock name that is an existing key of another type: Lock, TryLock and Unlock fail with

@@ -19,12 +19,12 @@ func parked(t *testing.T, c *Client, s *Semaphore, n int) {
 	t.Helper()
 	channel := s.q.clientCh
 	eventually(t, waitFor, "the waiters parked", func() bool {
-		c.heirs.mu.Lock()
-		defer c.heirs.mu.Unlock()
-		if len(c.heirs.queue[s.q.channel]) != n {
+		c.permitHeirs.mu.Lock()
+		defer c.permitHeirs.mu.Unlock()
+		if len(c.permitHeirs.queue[s.q.channel]) != n {
 			return false
 		}
-		for _, h := range c.heirs.queue[s.q.channel] {
+		for _, h := range c.permitHeirs.queue[s.q.channel] {
 			if h.state.Load() != heirParked {
 				return false
 			}
@@ -106,9 +106,9 @@ func TestSemaphoreHandoffFollowsChannelOrder(t *testing.T) {
 		}()
 		waitersOn(t, c, s.q.clientCh, 2)
 		eventually(t, waitFor, "small queued as heir", func() bool {
-			c.heirs.mu.Lock()
-			defer c.heirs.mu.Unlock()
-			return len(c.heirs.queue[s.q.channel]) == 1
+			c.permitHeirs.mu.Lock()
+			defer c.permitHeirs.mu.Unlock()
+			return len(c.permitHeirs.queue[s.q.channel]) == 1
 		})
 		must(t, s.Release(ctx, 1)) // must go to Redis (the first waiter wants 2), not to small
 		select {
@@ -137,13 +137,13 @@ func TestSemaphoreHandoffRunsForgotten(t *testing.T) {
 			must(t, <-got)
 		}
 		eventually(t, waitFor, "heirs removed", func() bool {
-			c.heirs.mu.Lock()
-			defer c.heirs.mu.Unlock()
-			return len(c.heirs.queue) == 0
+			c.permitHeirs.mu.Lock()
+			defer c.permitHeirs.mu.Unlock()
+			return len(c.permitHeirs.queue) == 0
 		})
-		c.heirs.mu.Lock()
-		n := len(c.heirs.runs)
-		c.heirs.mu.Unlock()
+		c.permitHeirs.mu.Lock()
+		n := len(c.permitHeirs.runs)
+		c.permitHeirs.mu.Unlock()
 		if n != 0 {
 			t.Errorf("heirs.runs holds %d entries with no waiter left", n)
 		}
@@ -249,13 +249,13 @@ func TestSemaphoreHandoffPassesOverAWokenWaiter(t *testing.T) {
 		c, _ := newClient(t, b.Addr)
 		s := c.Semaphore("handoff-woken")
 		ch := s.q.clientCh
-		hs := make([]*heir, 3)
+		hs := make([]*permitsHeir, 3)
 		for i := range hs {
 			sub, err := c.mux.Subscribe(ch, semaphorePolicy)
 			must(t, err)
 			t.Cleanup(sub.Close)
-			hs[i] = &heir{key: s.q.channel, permits: 1, sub: sub}
-			c.heirs.add(hs[i])
+			hs[i] = &permitsHeir{heir: heir{key: s.q.channel, sub: sub}, q: &c.permitHeirs, permits: 1}
+			c.permitHeirs.add(hs[i])
 		}
 		eventually(t, waitFor, "subscribed", func() bool { return c.mux.Subscribed(ch) })
 		for _, h := range hs {
@@ -265,7 +265,7 @@ func TestSemaphoreHandoffPassesOverAWokenWaiter(t *testing.T) {
 			}
 		}
 		c.mux.Wake(ch) // the first is woken, and has not run yet
-		if !c.heirs.give(s.q.channel, 1, DefaultLocalHandoff) {
+		if !c.permitHeirs.give(s.q.channel, 1, DefaultLocalHandoff) {
 			t.Fatal("a release of 1 with three waiters for 1 was not handed on")
 		}
 		if st := hs[0].state.Load(); st != heirParked {

@@ -15,10 +15,10 @@ import (
 
 // parkedHeirs counts the waiters of name that a release could hand the lock to now.
 func parkedHeirs(c *Client, name string) int {
-	c.heirs.mu.Lock()
-	defer c.heirs.mu.Unlock()
+	c.lockHeirs.mu.Lock()
+	defer c.lockHeirs.mu.Unlock()
 	n := 0
-	for _, h := range c.heirs.queue[name] {
+	for _, h := range c.lockHeirs.queue[name] {
 		if h.state.Load() == heirParked {
 			n++
 		}

@@ -206,7 +206,7 @@ func (o *holder) late(pending <-chan sent, holds int) {
 // the latch and request number it is given, and may reserve an heir to hand the lock to
 // (then it is a lua.LockRelease); every release script replies nil when the owner held
 // nothing, releasedHanded when it handed the lock to the heir, 0 or 1 otherwise.
-func (o *holder) release(ctx context.Context, req func(last bool, num lua.Numbered) (lua.Request, *heir)) (err error) {
+func (o *holder) release(ctx context.Context, req func(last bool, num lua.Numbered) (lua.Request, *lockHeir)) (err error) {
 	if err := o.check(ctx); err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 // plainLock is Lock's variant: Redisson's non-fair lock. A Client with waiters registers in
 // the zset clients (see lib.lua), and its waiters listen on a channel of its own, clientCh:
 // a release that frees the lock wakes one Client there, and within a Client waiters queue
-// behind each other and may be handed the lock by a local release (see heirs). One waiting
+// behind each other and may be handed the lock by a local release (see lockHeirs). One waiting
 // Client, the listener, also hears the lock's Redisson channel for the others.
 type plainLock struct{ waitingClients }
 
@@ -68,7 +68,7 @@ func (p *plainLock) wakeCh(*holder) string { return p.clientCh }
 // prepare queues a waiter that may join to be handed the lock by a local release.
 func (p *plainLock) prepare(a *lockAttempt, w *wait) {
 	if w.join && a.o.c.maxHandoff > 0 {
-		a.heir = heir{key: a.o.name, o: a.o, lease: a.lease, leaseMs: a.leaseMs}
+		a.heir = lockHeir{heir: heir{key: a.o.name}, q: &a.o.c.lockHeirs, o: a.o, lease: a.lease, leaseMs: a.leaseMs}
 		w.heir = &a.heir
 	}
 }
@@ -114,7 +114,7 @@ func (p *plainLock) release(o *holder, holds int, num lua.Numbered) lua.Request 
 // releaseTo makes o's numbered release of one of holds it has in Redis, handing the lock to
 // h if not nil, and reports whether, at the last hold, it registers the Client again for
 // waiters it has left.
-func (p *plainLock) releaseTo(o *holder, holds int, num lua.Numbered, h *heir) (lua.Request, bool) {
+func (p *plainLock) releaseTo(o *holder, holds int, num lua.Numbered, h *lockHeir) (lua.Request, bool) {
 	heirs := 0 // whether the Client has waiters left: besides the heir, if it hands the lock on
 	if h != nil {
 		heirs = 1
@@ -136,10 +136,10 @@ func (p *plainLock) releaseTo(o *holder, holds int, num lua.Numbered, h *heir) (
 // if any, unless WithLocalHandoff's run is over.
 func (p *plainLock) unlock(ctx context.Context, o *holder) error {
 	registered := false // the release registers the Client again, for its waiters left
-	err := o.release(ctx, func(last bool, num lua.Numbered) (lua.Request, *heir) {
-		var h *heir
+	err := o.release(ctx, func(last bool, num lua.Numbered) (lua.Request, *lockHeir) {
+		var h *lockHeir
 		if last && o.run < o.c.maxHandoff && !o.c.closing() {
-			h = o.c.heirs.reserve(o.name)
+			h = o.c.lockHeirs.reserve(o.name)
 		}
 		var r lua.Request
 		r, registered = p.releaseTo(o, o.count, num, h)

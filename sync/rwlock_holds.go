@@ -48,10 +48,10 @@ func (l *RWLock) unlock(ctx context.Context, write bool) error {
 func (l *RWLock) unlockAs(ctx context.Context, p *rwPair, write bool) error {
 	if write {
 		o := &p.w
-		return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *heir) { return l.writeRelease(p, o.count, num), nil })
+		return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *lockHeir) { return l.writeRelease(p, o.count, num), nil })
 	}
 	o := &p.r
-	return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *heir) { return l.readRelease(p, o.count, num), nil })
+	return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *lockHeir) { return l.readRelease(p, o.count, num), nil })
 }
 
 // readRelease makes p's numbered release of one of holds read holds it has in Redis.

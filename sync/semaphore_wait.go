@@ -23,9 +23,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 	c := s.p.c
 	start := c.obs.now()
 	defer func() { c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
-	var h *heir
+	var h *permitsHeir
 	if limit != 0 && c.maxHandoff > 0 {
-		h = &heir{key: s.q.channel, permits: n}
+		h = &permitsHeir{heir: heir{key: s.q.channel}, q: &c.permitHeirs, permits: n}
 	}
 	var reg registration // what the last attempt did to the Client's registration
 	attempts, first := 0, false
@@ -63,12 +63,12 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 	return ok, err
 }
 
-// handOn gives n permits to the Client's next waiter for them (heirs.give), or else back to
+// handOn gives n permits to the Client's next waiter for them (permitHeirs.give), or else back to
 // Redis, whatever ctx says — also once the Client is closed: a Release that handed them to
 // a wait that did not take them returned nil — and reports whether they stayed local.
 func (s *Semaphore) handOn(ctx context.Context, n int) (local bool, err error) {
 	c := s.p.c
-	if c.heirs.give(s.q.channel, n, c.maxHandoff) {
+	if c.permitHeirs.give(s.q.channel, n, c.maxHandoff) {
 		return true, nil
 	}
 	_, err = s.p.run(context.WithoutCancel(ctx), s.release(n))

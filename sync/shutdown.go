@@ -150,7 +150,7 @@ func (o *holder) releaseAll(ctx context.Context) error {
 		if err != nil || n == 0 {
 			return err
 		}
-		err = o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *heir) { return o.releaser(o.count, num), nil })
+		err = o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *lockHeir) { return o.releaser(o.count, num), nil })
 		if err != nil && !errors.Is(err, ErrNotHeld) {
 			return err
 		}

@@ -19,8 +19,8 @@ type wait struct {
 	// nothing a waiter ahead could need.
 	join    bool
 	attempt attempter
-	// heir, if not nil, is queued while waiting for a local release to hand the lock to.
-	heir *heir
+	// heir, if not nil, is queued while waiting, to be served by a local release.
+	heir heirKind
 	// ordered serves the channel's local waiters in arrival order: only the first attempts,
 	// and a wake-up that reaches another is left to it (a semaphore's waiters, where a later,
 	// smaller request could succeed where the first cannot). Every ordered waiter joins.
@@ -125,18 +125,20 @@ func (c *Client) waitEnded(err error) error {
 // ends at the first of: a wake-up from a channel (a release message, or the subscription
 // being confirmed, so nothing published before the subscription is missed), the holder's
 // TTL (a lost message costs latency, never liveness), the deadline, ctx, Close or the
-// rueidis client closing — or, for an heir, a release handing it the lock. ttl is the last attempt's reply (negative:
+// rueidis client closing — or, for an heir, a release serving it. ttl is the last attempt's reply (negative:
 // unknown); attempted says whether there was one, since a wait that reaches its deadline
 // makes one attempt if it had none.
 func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool) (bool, error) {
 	defer sub.Close()
 	h := w.heir
+	var b *heir // h's state, if any
 	var verdicts <-chan verdict
 	if h != nil {
-		h.sub, h.attempt = sub, w.attempt
-		c.heirs.add(h)
-		defer c.heirs.remove(h)
-		verdicts = h.verdict
+		b = h.base()
+		b.sub, b.attempt = sub, w.attempt
+		h.enqueue()
+		defer h.dequeue()
+		verdicts = b.verdict
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -145,7 +147,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		if !deadline.IsZero() {
 			left := time.Until(deadline)
 			if left <= 0 && attempted {
-				return h.leave(ctx, nil)
+				return leave(ctx, h, nil)
 			}
 			d = max(min(d, left), 0)
 		}
@@ -162,14 +164,14 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		case got := <-verdicts:
 			v = &got
 		case <-ctx.Done():
-			return h.leave(ctx, ctx.Err())
+			return leave(ctx, h, ctx.Err())
 		case <-c.shut:
-			return h.leave(ctx, ErrClosed)
+			return leave(ctx, h, ErrClosed)
 		case <-c.mux.Done():
-			return h.leave(ctx, c.waitEnded(c.mux.Err()))
+			return leave(ctx, h, c.waitEnded(c.mux.Err()))
 		}
-		if h != nil && v == nil && !h.state.CompareAndSwap(heirParked, heirBusy) {
-			got := <-h.verdict // a release is handing the lock over: its reply decides
+		if b != nil && v == nil && !b.state.CompareAndSwap(heirParked, heirBusy) {
+			got := <-b.verdict // a release is handing the lock over: its reply decides
 			v = &got
 		}
 		if v != nil && v.handed {
@@ -182,11 +184,11 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			// Not its turn: the waiter ahead attempts, and wakes the next when it leaves (see
 			// the semaphores). Nor does it time re-checks by a hint, which only the first
 			// keeps fresh.
-			if h != nil && !h.park() {
-				return h.took(<-h.verdict)
+			if b != nil && !b.park() {
+				return h.took(<-b.verdict)
 			}
 			if !deadline.IsZero() && time.Until(deadline) <= 0 {
-				return h.leave(ctx, nil)
+				return leave(ctx, h, nil)
 			}
 			ttl = -1
 			continue
@@ -195,7 +197,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		if v != nil {
 			// Not handed over: the heir attempts itself. If the release may have handed the
 			// lock over, this attempt must run whatever ctx says, and take over what it wrote.
-			h.state.Store(heirBusy)
+			b.state.Store(heirBusy)
 			if v.unknown {
 				actx = context.WithoutCancel(ctx)
 			}
@@ -215,8 +217,8 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 		if ok || err != nil {
 			return ok, err // with h reserved meanwhile, the caller passes on what it was handed
 		}
-		if h != nil && !h.park() {
-			return h.took(<-h.verdict) // handed permits during its attempt, which found too few
+		if b != nil && !b.park() {
+			return h.took(<-b.verdict) // handed permits during its attempt, which found too few
 		}
 	}
 }

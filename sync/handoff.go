@@ -8,9 +8,9 @@ import (
 	"github.com/latchkey/latchkey/pubsub"
 )
 
-// Local hand-off: a release served by a waiter of its own Client, in the round trip the
-// release costs anyway, where otherwise it would wake the waiter to make its own attempt —
-// three scripts and two round trips. A lock's release script hands the lock straight to the
+// Local hand-off: a waiter served by a release of its own Client, in the round trip the
+// release costs anyway, where otherwise the release would wake the waiter to make its own
+// attempt — three scripts and two round trips. A lock's release script hands the lock straight to the
 // heir (handoff_lock.go); a semaphore's permits released locally never go to Redis
 // (handoff_semaphore.go).
 //
@@ -55,15 +55,15 @@ const (
 // by a verdict that handed it what it waits for.
 type heirKind interface {
 	base() *heir
-	enqueue()
-	dequeue()
-	took(v verdict) (bool, error)
+	enqueue(c *Client)
+	dequeue(c *Client)
+	took(v verdict) (bool, error) // ends the wait of an heir handed what it waits for
 }
 
 func (h *heir) base() *heir { return h }
 
-// took ends the wait of an heir handed what it waits for.
-func (h *heir) took(v verdict) (bool, error) {
+// end is what took comes to for every kind.
+func (h *heir) end(v verdict) (bool, error) {
 	h.state.Store(heirGone)
 	return v.err == nil, v.err
 }

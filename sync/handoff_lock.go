@@ -25,14 +25,13 @@ import (
 // A lockHeir is a lock's waiting acquisition that a release may hand the lock to.
 type lockHeir struct {
 	heir
-	q       *lockHeirs
 	o       *holder       // its owner
 	lease   time.Duration // 0: kept by the watchdog
 	leaseMs string
 }
 
-func (h *lockHeir) enqueue() { h.q.add(h) }
-func (h *lockHeir) dequeue() { h.q.remove(h) }
+func (h *lockHeir) enqueue(c *Client) { c.lockHeirs.add(h) }
+func (h *lockHeir) dequeue(c *Client) { c.lockHeirs.remove(h) }
 
 // took ends the wait of an heir handed the lock. The hold's lease was checked when the
 // releaser recorded it; it is checked again here, in the heir's goroutine, which may run
@@ -43,7 +42,7 @@ func (h *lockHeir) took(v verdict) (bool, error) {
 		v.err = h.o.tookTooLate("the lease ran out before the hand-off was taken")
 		h.o.unlock()
 	}
-	return h.heir.took(v)
+	return h.end(v)
 }
 
 // lockHeirs queues each lock name's local waiters that may be handed the lock.

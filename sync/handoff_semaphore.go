@@ -6,15 +6,15 @@ import "sync/atomic"
 // permits to.
 type permitsHeir struct {
 	heir
-	q       *permitHeirs
 	permits int // how many it waits for
 	// more: its latest attempt found permits (or may have), too few for it (see
 	// acquirePermits).
 	more atomic.Bool
 }
 
-func (h *permitsHeir) enqueue() { h.q.add(h) }
-func (h *permitsHeir) dequeue() { h.q.remove(h) }
+func (h *permitsHeir) enqueue(c *Client)            { c.permitHeirs.add(h) }
+func (h *permitsHeir) dequeue(c *Client)            { c.permitHeirs.remove(h) }
+func (h *permitsHeir) took(v verdict) (bool, error) { return h.end(v) }
 
 // permitHeirs queues each semaphore's local waiters, by its channel, and counts its local
 // hand-offs in a row.

@@ -145,7 +145,7 @@ func TestSemaphoreHandoffRunsForgotten(t *testing.T) {
 		n := len(c.permitHeirs.runs)
 		c.permitHeirs.mu.Unlock()
 		if n != 0 {
-			t.Errorf("heirs.runs holds %d entries with no waiter left", n)
+			t.Errorf("permitHeirs.runs holds %d entries with no waiter left", n)
 		}
 	})
 }
@@ -254,7 +254,7 @@ func TestSemaphoreHandoffPassesOverAWokenWaiter(t *testing.T) {
 			sub, err := c.mux.Subscribe(ch, semaphorePolicy)
 			must(t, err)
 			t.Cleanup(sub.Close)
-			hs[i] = &permitsHeir{heir: heir{key: s.q.channel, sub: sub}, q: &c.permitHeirs, permits: 1}
+			hs[i] = &permitsHeir{heir: heir{key: s.q.channel, sub: sub}, permits: 1}
 			c.permitHeirs.add(hs[i])
 		}
 		eventually(t, waitFor, "subscribed", func() bool { return c.mux.Subscribed(ch) })

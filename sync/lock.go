@@ -68,7 +68,7 @@ func (p *plainLock) wakeCh(*holder) string { return p.clientCh }
 // prepare queues a waiter that may join to be handed the lock by a local release.
 func (p *plainLock) prepare(a *lockAttempt, w *wait) {
 	if w.join && a.o.c.maxHandoff > 0 {
-		a.heir = lockHeir{heir: heir{key: a.o.name}, q: &a.o.c.lockHeirs, o: a.o, lease: a.lease, leaseMs: a.leaseMs}
+		a.heir = lockHeir{heir: heir{key: a.o.name}, o: a.o, lease: a.lease, leaseMs: a.leaseMs}
 		w.heir = &a.heir
 	}
 }

@@ -25,7 +25,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 	defer func() { c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
 	var h *permitsHeir
 	if limit != 0 && c.maxHandoff > 0 {
-		h = &permitsHeir{heir: heir{key: s.q.channel}, q: &c.permitHeirs, permits: n}
+		h = &permitsHeir{heir: heir{key: s.q.channel}, permits: n}
 	}
 	var reg registration // what the last attempt did to the Client's registration
 	attempts, first := 0, false
@@ -76,17 +76,19 @@ func (s *Semaphore) handOn(ctx context.Context, n int) (local bool, err error) {
 }
 
 // leave drops the Client's registration, and its listening, once its last waiter is gone
-// with the registration kept (see lib.lua's sem_leave), awaited until until at most; then a
-// waiter that came meanwhile attempts, to register again.
+// with the registration kept (see lib.lua's sem_leave); then a waiter that came meanwhile
+// attempts, to register again. It runs in the background, within the retry budget, awaited
+// until until at most (see Client.leaveBy); if Redis cannot be told, the registration lapses.
 func (s *Semaphore) leave(ctx context.Context, until time.Time) {
 	c := s.p.c
-	if !until.IsZero() {
-		lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
-		_, _ = c.exec(lctx, lua.SemLeave{Semaphore: s.p.name, Clients: s.q.clients, Wants: s.wants, Listener: s.q.listener,
-			Leaving: c.leaving()}.Call())
-		cancel()
-	}
-	s.q.afterLeave(c)
+	r := lua.SemLeave{Semaphore: s.p.name, Clients: s.q.clients, Wants: s.wants, Listener: s.q.listener,
+		Leaving: c.leaving()}.Call()
+	c.backgroundUntil(until, func() {
+		if _, err := c.exec(context.WithoutCancel(ctx), r); err != nil && !errors.Is(err, ErrNotReplicated) {
+			c.log.Debug("waiter's claim not withdrawn; it lapses by itself", s.p.fields(zap.Error(s.p.wrap(err)))...)
+		}
+		s.q.afterLeave(c)
+	})
 }
 
 // attempt makes one acquisition of n permits, and reports when it fails whether it found

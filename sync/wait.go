@@ -19,7 +19,8 @@ type wait struct {
 	// nothing a waiter ahead could need.
 	join    bool
 	attempt attempter
-	// heir, if not nil, is queued while waiting, to be served by a local release.
+	// heir, if not nil (a nil interface, never a nil pointer of a kind), is queued while
+	// waiting, to be served by a local release.
 	heir heirKind
 	// ordered serves the channel's local waiters in arrival order: only the first attempts,
 	// and a wake-up that reaches another is left to it (a semaphore's waiters, where a later,
@@ -136,8 +137,8 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 	if h != nil {
 		b = h.base()
 		b.sub, b.attempt = sub, w.attempt
-		h.enqueue()
-		defer h.dequeue()
+		h.enqueue(c)
+		defer h.dequeue(c)
 		verdicts = b.verdict
 	}
 	timer := time.NewTimer(time.Hour)
@@ -171,7 +172,7 @@ func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline
 			return leave(ctx, h, c.waitEnded(c.mux.Err()))
 		}
 		if b != nil && v == nil && !b.state.CompareAndSwap(heirParked, heirBusy) {
-			got := <-b.verdict // a release is handing the lock over: its reply decides
+			got := <-b.verdict // a release is serving it: its verdict decides
 			v = &got
 		}
 		if v != nil && v.handed {

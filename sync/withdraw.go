@@ -19,10 +19,8 @@ import (
 // delays the caller. If Redis cannot be told, the claim lapses by itself (see FairLock and
 // RWLock for when). after, if not nil, runs last in the background, whatever came of it.
 func (o *holder) withdraw(ctx context.Context, until time.Time, s lua.Request, after func()) {
-	done := make(chan struct{})
 	held := o.tryLock() // in the caller's order, if op is free
-	o.c.background(func() {
-		defer close(done)
+	o.c.backgroundUntil(until, func() {
 		if after != nil {
 			defer after()
 		}
@@ -37,6 +35,16 @@ func (o *holder) withdraw(ctx context.Context, until time.Time, s lua.Request, a
 		if _, err := o.c.exec(ctx, s.Call()); err != nil && !errors.Is(err, ErrNotReplicated) {
 			o.c.log.Debug("waiter's claim not withdrawn; it lapses by itself", o.fields(zap.Error(o.wrap(err)))...)
 		}
+	})
+}
+
+// backgroundUntil runs f in the background (see background), and awaits it until until at
+// most (the zero time: not at all).
+func (c *Client) backgroundUntil(until time.Time, f func()) {
+	done := make(chan struct{})
+	c.background(func() {
+		defer close(done)
+		f()
 	})
 	if d := time.Until(until); d > 0 {
 		timer := time.NewTimer(d)

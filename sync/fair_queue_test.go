@@ -1044,8 +1044,10 @@ func TestFairLockEndedWhileOwnerBusyLeavesNothing(t *testing.T) {
 			}
 			return rueidis.RedisResult{}, false
 		}
-		// withLeaveGrace: a wait whose context ended returns once its leave has run
-		wc, err := New(rdb, withLeaveGrace(time.Minute))
+		// withLeaveGrace: a wait whose context ended returns once its leave has run. And a
+		// send lives as long as the retry budget: a minute, so that the gates above hold
+		// whatever the machine's load.
+		wc, err := New(rdb, withLeaveGrace(time.Minute), WithRetryBudget(time.Minute))
 		must(t, err)
 		t.Cleanup(func() { wc.Close() })
 		hc, _ := newClient(t, b.Addr)
@@ -1059,7 +1061,7 @@ func TestFairLockEndedWhileOwnerBusyLeavesNothing(t *testing.T) {
 		ctx0, cancel0 := context.WithCancel(ctx)
 		defer cancel0()
 		earlier := fairStartLock(ctx0, w)
-		<-acquireHeld
+		signalled(t, ctx, acquireHeld, "the earlier wait's attempt held back")
 		cancel0()
 		if err := fairAwait(t, earlier, waitFor, "the earlier wait"); !errors.Is(err, ErrOutcomeUnknown) {
 			t.Fatalf("the earlier wait, its attempt held back: %v, want ErrOutcomeUnknown", err)
@@ -1067,7 +1069,7 @@ func TestFairLockEndedWhileOwnerBusyLeavesNothing(t *testing.T) {
 		// Its attempt now queues the owner; its withdrawal takes the owner and is held back.
 		holdLeave.Store(true)
 		letAcquire()
-		<-leaveHeld
+		signalled(t, ctx, leaveHeld, "the earlier wait's withdrawal held back")
 		fairAwaitQueue(t, admin, name, w.Owner())
 
 		ctx1, cancel1 := context.WithCancel(ctx)

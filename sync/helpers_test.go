@@ -85,6 +85,16 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
+// signalled waits for ch to be closed, failing the test if ctx ends first.
+func signalled(t *testing.T, ctx context.Context, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatalf("%s: not before the test's deadline", what)
+	}
+}
+
 func mustInt(t *testing.T, r rueidis.RedisResult) int64 {
 	t.Helper()
 	n, err := r.AsInt64()

@@ -90,7 +90,9 @@ func (p *Proxy) DropReplyAfter(marker []byte) {
 }
 
 // Dropped reports how many replies DropReplyAfter faults have dropped so
-// far, so a test can check that its fault actually fired.
+// far, so a test can check that its fault actually fired. A drop counts once
+// the server is done with its request, and before the client sees its
+// connection close.
 func (p *Proxy) Dropped() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -266,7 +268,6 @@ func (p *Proxy) claimFault(tail, chunk []byte) bool {
 	}
 	p.armed = false
 	p.marker = nil
-	p.dropped++
 	return true
 }
 
@@ -316,6 +317,11 @@ func (p *Proxy) dropReply(pc *proxyConn, chunk []byte) {
 	// included, is discarded.
 	pc.wmu.Lock()
 	pc.cut = true
+	pc.onCut = func() {
+		p.mu.Lock()
+		p.dropped++
+		p.mu.Unlock()
+	}
 	pc.wmu.Unlock()
 
 	if _, err := pc.server.Write(chunk); err == nil {
@@ -373,6 +379,11 @@ type proxyConn struct {
 	// their way to the client.
 	wmu sync.Mutex
 	cut bool
+	// onCut counts the drop when the cut connection closes: once the server is done with
+	// the request (or the grace is over), and before the client can learn of the loss, so
+	// that a test that sees the count and cuts the server off then finds the request run
+	// and its repeats cut off.
+	onCut func()
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
@@ -380,6 +391,12 @@ type proxyConn struct {
 
 func (pc *proxyConn) close() {
 	pc.closeOnce.Do(func() {
+		pc.wmu.Lock()
+		onCut := pc.onCut
+		pc.wmu.Unlock()
+		if onCut != nil {
+			onCut()
+		}
 		close(pc.done)
 		_ = pc.client.Close()
 		_ = pc.server.Close()

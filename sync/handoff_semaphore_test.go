@@ -198,7 +198,7 @@ func newBusyWaiter(t *testing.T, ctx context.Context, b *redistest.Backend, name
 	parked(t, c, w.s, 1)
 	hold.Store(true)
 	c.mux.Wake(w.s.q.clientCh) // the waiter attempts again
-	<-entered
+	signalled(t, ctx, entered, "the waiter's attempt held")
 	must(t, w.admin.Do(ctx, w.admin.B().Set().Key(name).Value(strconv.Itoa(redisHas)).Build()).Error())
 	return w
 }

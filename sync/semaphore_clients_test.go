@@ -188,7 +188,7 @@ func TestSemaphoreLastWaiterServedAtFirstAttemptLeaves(t *testing.T) {
 		if err := <-a; err == nil {
 			t.Fatal("a acquired with no permit to take")
 		}
-		<-entered
+		signalled(t, ctx, entered, "b's attempt held")
 		cancelC() // c gives up while b's attempt is on its way, and leaves it to b
 		if err := <-cc; err == nil {
 			t.Fatal("c acquired with no permit to take")

@@ -141,7 +141,7 @@ func TestShutdownAwaitsWithdrawals(t *testing.T) {
 		if err := <-waiting; !errors.Is(err, context.Canceled) {
 			t.Fatalf("the waiter, its context cancelled: %v, want context.Canceled", err)
 		}
-		<-leaving
+		signalled(t, ctx, leaving, "the waiter's leave held")
 		shut := make(chan error, 1)
 		go func() { shut <- c.Shutdown(ctx) }()
 		select {
@@ -181,7 +181,7 @@ func TestShutdownAwaitsTheWaitsItEnds(t *testing.T) {
 		must(t, err)
 		t.Cleanup(func() { c.Close() })
 		waiting := lockAsync(ctx, c.FairLock(name))
-		<-entered
+		signalled(t, ctx, entered, "the waiter's second attempt held")
 		shut := make(chan error, 1)
 		go func() { shut <- c.Shutdown(ctx) }()
 		select {

@@ -204,14 +204,19 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	switch {
 	case o == &l.o:
-		if !ok && o.tryLock() {
-			// A hold it was not given (taken too late), queued to be given back, goes now,
-			// not at the handle's next call, which may be long in coming.
+		// A hold it was not given (taken too late), queued to be given back, goes now, not at
+		// the handle's next call, which may be long in coming — or, if op is busy (a
+		// withdrawal), after it.
+		switch {
+		case ok:
+		case o.tryLock():
 			unsettled := o.unsettled != nil
 			o.unlock()
 			if unsettled {
 				o.c.settleLater(&o.owner, func() {})
 			}
+		case err != nil:
+			o.c.settleLater(&o.owner, func() {})
 		}
 	case ok:
 		l.held.push(o, o.lease.Load())

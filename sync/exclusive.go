@@ -204,9 +204,9 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	switch {
 	case o == &l.o:
-		// A hold it was not given (taken too late), queued to be given back, goes now, not at
-		// the handle's next call, which may be long in coming — or, if op is busy (a
-		// withdrawal), after it.
+		// A hold it was not given (taken too late: ErrLockLost), queued to be given back, goes
+		// now, not at the handle's next call, which may be long in coming — or, if op is busy
+		// (a withdrawal), after it.
 		switch {
 		case ok:
 		case o.tryLock():
@@ -215,7 +215,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 			if unsettled {
 				o.c.settleLater(&o.owner, func() {})
 			}
-		case err != nil:
+		case errors.Is(err, ErrLockLost):
 			o.c.settleLater(&o.owner, func() {})
 		}
 	case ok:

@@ -10,11 +10,11 @@ import (
 	"github.com/latchkey/latchkey/internal/redistest"
 )
 
-// A Lock whose context ends while it waits withdraws the claim its attempts made — the
-// Client's registration for a plain lock, its place in the queue for a fair lock — also
-// when its first attempt was made inside the wait, on a channel still subscribed from the
-// handle's previous wait (which listens before it attempts). A claim left behind would hold
-// others up until it lapsed: a fair lock's next caller would wait a whole fair wait time
+// A wait whose context ends withdraws the claim its attempts made — the Client's
+// registration for a plain lock and a semaphore, its place in the queue for a fair lock —
+// also when its first attempt was made inside the wait, on a channel still subscribed from
+// the Client's previous wait (which listens before it attempts). A claim left behind would
+// hold others up until it lapsed: a fair lock's next caller would wait a whole fair wait time
 // behind a place nobody keeps. When the context ends while the attempt's reply is on its
 // way, past the time a call awaits it (ErrOutcomeUnknown), the call returns at once and the
 // withdrawal follows the late reply, in the background. (The waiters' Client keeps a claim
@@ -23,13 +23,30 @@ func TestWaitEndedByContextWithdrawsItsClaim(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		admin := b.Client(t)
+		lock := func(handle func(c *Client, name string) waitingLocker) waiting {
+			return waiting{
+				take: func(ctx context.Context, c *Client, name string) { must(t, handle(c, name).Lock(ctx)) },
+				try: func(ctx context.Context, c *Client, name string) (bool, error) {
+					return handle(c, name).TryLock(ctx, WaitTime(50*time.Millisecond))
+				},
+				wait: func(ctx context.Context, c *Client, name string) error { return handle(c, name).Lock(ctx) },
+			}
+		}
+		semaphore := waiting{
+			take: func(ctx context.Context, c *Client, name string) { must(t, c.Semaphore(name).SetPermits(ctx, 0)) },
+			try: func(ctx context.Context, c *Client, name string) (bool, error) {
+				return c.Semaphore(name).TryAcquire(ctx, 1, WaitTime(50*time.Millisecond))
+			},
+			wait: func(ctx context.Context, c *Client, name string) error { return c.Semaphore(name).Acquire(ctx, 1) },
+		}
 		for _, tc := range []struct {
 			kind   string
-			handle func(c *Client, name string) waitingLocker
+			w      waiting
 			claims func(name string) []string // the claims in Redis
 		}{
-			{"lock", func(c *Client, name string) waitingLocker { return c.Lock(name) }, func(name string) []string { return registered(t, admin, name) }},
-			{"fair lock", func(c *Client, name string) waitingLocker { return c.FairLock(name) }, func(name string) []string { return fairQueue(t, admin, name) }},
+			{"lock", lock(func(c *Client, name string) waitingLocker { return c.Lock(name) }), func(name string) []string { return registered(t, admin, name) }},
+			{"fair lock", lock(func(c *Client, name string) waitingLocker { return c.FairLock(name) }), func(name string) []string { return fairQueue(t, admin, name) }},
+			{"semaphore", semaphore, func(name string) []string { return semRegistered(t, admin, name) }},
 		} {
 			for _, late := range []bool{false, true} {
 				kind := tc.kind
@@ -41,12 +58,11 @@ func TestWaitEndedByContextWithdrawsItsClaim(t *testing.T) {
 					ctx := testCtx(t, waitFor)
 					hc, _ := newClient(t, b.Addr)
 					wc, _ := newClient(t, b.Addr, fairSlow(withLeaveGrace(time.Minute))...) // a call returns once its withdrawal ran
-					holder, w := tc.handle(hc, name), tc.handle(wc, name)
-					must(t, holder.Lock(ctx))
+					tc.w.take(ctx, hc, name)
 
-					// A first wait subscribes the waiter's channel, which stays subscribed after it.
-					if ok, err := w.TryLock(ctx, WaitTime(50*time.Millisecond)); ok || err != nil {
-						t.Fatalf("TryLock of a held lock: %v, %v", ok, err)
+					// A first wait subscribes the waiters' channel, which stays subscribed after it.
+					if ok, err := tc.w.try(ctx, wc, name); ok || err != nil {
+						t.Fatalf("a wait with a wait time, for what is taken: %v, %v", ok, err)
 					}
 					if got := tc.claims(name); len(got) != 0 {
 						t.Fatalf("claims after a wait whose time ran out: %v, want none", got)
@@ -57,8 +73,8 @@ func TestWaitEndedByContextWithdrawsItsClaim(t *testing.T) {
 					if late {
 						// The reply of the attempt that claimed comes a second after the context
 						// ended: far past the time the call awaits a reply (replyGrace), so its
-						// outcome is unknown to the call. (A plain lock's first attempt claims
-						// nothing if the channel was left meanwhile.)
+						// outcome is unknown to the call. (A first attempt claims nothing if the
+						// channel was left meanwhile: not subscribed, the Client is not registered.)
 						hooks(wc).afterAcquire.set(func([]string) {
 							if len(tc.claims(name)) == 0 {
 								return
@@ -71,23 +87,19 @@ func TestWaitEndedByContextWithdrawsItsClaim(t *testing.T) {
 						})
 					}
 					got := make(chan error, 1)
-					go func() { got <- w.Lock(wctx) }()
+					go func() { got <- tc.w.wait(wctx, wc, name) }()
 					if late {
-						select {
-						case <-ran:
-						case <-ctx.Done():
-							t.Fatal("the second wait made no attempt")
-						}
+						signalled(t, ctx, ran, "the attempt that claimed")
 					}
 					eventually(t, waitFor, "the second wait's claim", func() bool { return len(tc.claims(name)) == 1 })
 					cancel()
 					err := <-got
 					if !errors.Is(err, context.Canceled) {
-						t.Fatalf("Lock whose context was cancelled: %v, want context.Canceled", err)
+						t.Fatalf("a wait whose context was cancelled: %v, want context.Canceled", err)
 					}
 					switch unknown := errors.Is(err, ErrOutcomeUnknown); {
 					case late && !unknown:
-						t.Fatalf("Lock whose attempt's reply came late: %v, want ErrOutcomeUnknown: the situation this test is about did not arise", err)
+						t.Fatalf("a wait whose attempt's reply came late: %v, want ErrOutcomeUnknown: the situation this test is about did not arise", err)
 					case unknown: // under load, also without the hook
 						eventually(t, waitFor, "the withdrawal after the late reply", func() bool { return len(tc.claims(name)) == 0 })
 					default:
@@ -95,11 +107,18 @@ func TestWaitEndedByContextWithdrawsItsClaim(t *testing.T) {
 							t.Fatalf("claims after a wait its context ended: %v, want none", got)
 						}
 					}
-					must(t, holder.Unlock(ctx))
 				})
 			}
 		}
 	})
+}
+
+// waiting is how a test makes one kind of primitive wait: take makes it unavailable, try
+// waits a short time for it, wait waits until ctx ends.
+type waiting struct {
+	take func(ctx context.Context, c *Client, name string)
+	try  func(ctx context.Context, c *Client, name string) (bool, error)
+	wait func(ctx context.Context, c *Client, name string) error
 }
 
 // A waitingLocker is a lock handle with a blocking Lock.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -315,13 +316,9 @@ func (p *Proxy) dropReply(pc *proxyConn, chunk []byte) {
 	// Cut the server-to-client direction first. Only then is it safe to
 	// send the request: everything the server sends from now on, the reply
 	// included, is discarded.
+	pc.countDrop.Store(p)
 	pc.wmu.Lock()
 	pc.cut = true
-	pc.onCut = func() {
-		p.mu.Lock()
-		p.dropped++
-		p.mu.Unlock()
-	}
 	pc.wmu.Unlock()
 
 	if _, err := pc.server.Write(chunk); err == nil {
@@ -379,11 +376,12 @@ type proxyConn struct {
 	// their way to the client.
 	wmu sync.Mutex
 	cut bool
-	// onCut counts the drop when the cut connection closes: once the server is done with
-	// the request (or the grace is over), and before the client can learn of the loss, so
-	// that a test that sees the count and cuts the server off then finds the request run
-	// and its repeats cut off.
-	onCut func()
+	// countDrop, once set, is the proxy that counts the drop when the cut connection
+	// closes: once the server is done with the request (or the grace is over), and before
+	// the client can learn of the loss, so that a test that sees the count and cuts the
+	// server off then finds the request run and its repeats cut off. Atomic: close must
+	// not wait for wmu, which a write to a client that does not read holds.
+	countDrop atomic.Pointer[Proxy]
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
@@ -391,11 +389,10 @@ type proxyConn struct {
 
 func (pc *proxyConn) close() {
 	pc.closeOnce.Do(func() {
-		pc.wmu.Lock()
-		onCut := pc.onCut
-		pc.wmu.Unlock()
-		if onCut != nil {
-			onCut()
+		if p := pc.countDrop.Load(); p != nil {
+			p.mu.Lock()
+			p.dropped++
+			p.mu.Unlock()
 		}
 		close(pc.done)
 		_ = pc.client.Close()

@@ -63,9 +63,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 	return ok, err
 }
 
-// handOn gives n permits to the Client's next waiter for them (permitHeirs.give), or else back to
-// Redis, whatever ctx says — also once the Client is closed: a Release that handed them to
-// a wait that did not take them returned nil — and reports whether they stayed local.
+// handOn gives n permits to the Client's next waiter for them (permitHeirs.give), or else
+// back to Redis, whatever ctx says — also once the Client is closed: a Release that handed
+// them to a wait that did not take them returned nil — and reports whether they stayed local.
 func (s *Semaphore) handOn(ctx context.Context, n int) (local bool, err error) {
 	c := s.p.c
 	if c.permitHeirs.give(s.q.channel, n, c.maxHandoff) {

@@ -50,8 +50,8 @@ const (
 // a newcomer joins behind them, only the first attempts (wait.ordered), and the first wakes
 // the next when it leaves — when it gave up, or when it was served and the next may be too
 // (its attempter wakes it then: see Semaphore.attempt). With h, a local release may hand
-// the wait its permits (permitHeirs.give); one handed them that had seen permits too few for it
-// in Redis wakes the next waiter, for which they may be enough: nothing else would, as a
+// the wait its permits (permitHeirs.give); one handed them that had seen permits too few for
+// it in Redis wakes the next waiter, for which they may be enough: nothing else would, as a
 // hand-off sends no message.
 func (c *Client) acquirePermits(ctx context.Context, channel string, limit time.Duration, h *permitsHeir, a attempter) (bool, error) {
 	if limit == 0 {

@@ -122,13 +122,13 @@ func (c *Client) waitEnded(err error) error {
 	return fmt.Errorf("dsync: waiting stopped: %w", err)
 }
 
-// await alternates waiting on sub and attempting. A wait
-// ends at the first of: a wake-up from a channel (a release message, or the subscription
-// being confirmed, so nothing published before the subscription is missed), the holder's
-// TTL (a lost message costs latency, never liveness), the deadline, ctx, Close or the
-// rueidis client closing — or, for an heir, a release serving it. ttl is the last attempt's reply (negative:
-// unknown); attempted says whether there was one, since a wait that reaches its deadline
-// makes one attempt if it had none.
+// await alternates waiting on sub and attempting. A wait ends at the first of: a wake-up
+// from a channel (a release message, or the subscription being confirmed, so nothing
+// published before the subscription is missed), the holder's TTL (a lost message costs
+// latency, never liveness), the deadline, ctx, Close or the rueidis client closing — or, for
+// an heir, a release serving it. ttl is the last attempt's reply (negative: unknown);
+// attempted says whether there was one, since a wait that reaches its deadline makes one
+// attempt if it had none.
 func (c *Client) await(ctx context.Context, w wait, sub *pubsub.Waiter, deadline time.Time, ttl int64, attempted bool) (bool, error) {
 	defer sub.Close()
 	h := w.heir

@@ -28,14 +28,13 @@ func TestAcquireRepeatedPastItsLeaseGivesTheHoldBack(t *testing.T) {
 		admin := b.Client(t)
 		warmScripts(t, ctx, c)
 		const name = "given-back:repeated"
-		proxy.DropReplyAfter([]byte(name))
+		proxy.DropReplyAndBlackhole([]byte(name))
 		go func() {
 			// The first run acted and its reply was dropped: Redis is now away for longer
 			// than the lease, so the repeat that follows sets the TTL anew.
 			for proxy.Dropped() == 0 {
 				time.Sleep(time.Millisecond)
 			}
-			proxy.Blackhole(true)
 			time.Sleep(lease + lease/2)
 			proxy.Blackhole(false)
 		}()

@@ -38,11 +38,10 @@ func warmCounters(t *testing.T, c *Client) {
 func lostThenUnreachable(t *testing.T, proxy *redistest.Proxy, marker string, call func() error) <-chan error {
 	t.Helper()
 	dropped := proxy.Dropped()
-	proxy.DropReplyAfter([]byte(marker))
+	proxy.DropReplyAndBlackhole([]byte(marker))
 	done := make(chan error, 1)
 	go func() { done <- call() }()
 	eventually(t, waitFor, "the reply dropped", func() bool { return proxy.Dropped() == dropped+1 })
-	proxy.Blackhole(true)
 	return done
 }
 

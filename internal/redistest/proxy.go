@@ -42,6 +42,7 @@ type Proxy struct {
 	unhung  chan struct{}
 	armed   bool   // a DropReplyAfter fault is waiting for its marker
 	marker  []byte // the armed fault's marker
+	cutOff  bool   // the armed fault blackholes the proxy once it has dropped the reply
 	dropped int
 }
 
@@ -83,10 +84,17 @@ func (p *Proxy) Addr() string {
 // after a grace period, so when the client sees the error the command has
 // already run. Arming again replaces a fault that has not fired yet. An
 // empty marker matches the next request of any connection.
-func (p *Proxy) DropReplyAfter(marker []byte) {
+func (p *Proxy) DropReplyAfter(marker []byte) { p.arm(marker, false) }
+
+// DropReplyAndBlackhole is DropReplyAfter, and Blackhole turned on as the reply is dropped:
+// before the client sees its connection close, so that none of its repeats of the request
+// gets through, whatever the machine's load.
+func (p *Proxy) DropReplyAndBlackhole(marker []byte) { p.arm(marker, true) }
+
+func (p *Proxy) arm(marker []byte, cutOff bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.armed = true
+	p.armed, p.cutOff = true, cutOff
 	p.marker = bytes.Clone(marker)
 }
 
@@ -104,18 +112,40 @@ func (p *Proxy) Dropped() int {
 // open connection is closed, and new ones are accepted and immediately
 // closed. Turning it off lets new connections through again; connections
 // closed meanwhile stay closed, as they would after a real outage.
-func (p *Proxy) Blackhole(on bool) {
+func (p *Proxy) Blackhole(on bool) { p.setBlackhole(on, nil) }
+
+// setBlackhole is Blackhole, closing every open connection but except (nil: none).
+func (p *Proxy) setBlackhole(on bool, except *proxyConn) {
 	p.mu.Lock()
 	p.blackhole = on
 	var victims []*proxyConn
 	if on {
 		for pc := range p.conns {
-			victims = append(victims, pc)
+			if pc != except {
+				victims = append(victims, pc)
+			}
 		}
 	}
 	p.mu.Unlock()
 	for _, pc := range victims {
 		pc.close()
+	}
+}
+
+// A drop is a DropReplyAfter fault that fired.
+type drop struct {
+	p      *Proxy
+	cutOff bool // and blackholes the proxy (DropReplyAndBlackhole)
+}
+
+// dropDone counts the reply dropped on the cut connection pc, which is closing, and
+// blackholes the proxy if cutOff.
+func (p *Proxy) dropDone(pc *proxyConn, cutOff bool) {
+	p.mu.Lock()
+	p.dropped++
+	p.mu.Unlock()
+	if cutOff {
+		p.setBlackhole(true, pc)
 	}
 }
 
@@ -251,25 +281,26 @@ func (p *Proxy) unregister(pc *proxyConn) {
 }
 
 // claimFault reports whether the armed fault's marker occurs in chunk,
-// disarming the fault if so. tail holds the bytes forwarded just before
-// chunk; only enough of it is searched to catch a marker that straddles
-// the two, never a marker that lies wholly in data sent earlier.
-func (p *Proxy) claimFault(tail, chunk []byte) bool {
+// disarming the fault if so, and whether the fault blackholes the proxy once
+// it dropped the reply. tail holds the bytes forwarded just before chunk; only
+// enough of it is searched to catch a marker that straddles the two, never a
+// marker that lies wholly in data sent earlier.
+func (p *Proxy) claimFault(tail, chunk []byte) (fired, cutOff bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.armed {
-		return false
+		return false, false
 	}
 	if keep := len(p.marker) - 1; len(tail) > keep {
 		tail = tail[len(tail)-max(keep, 0):]
 	}
 	window := append(bytes.Clone(tail), chunk...)
 	if !bytes.Contains(window, p.marker) {
-		return false
+		return false, false
 	}
 	p.armed = false
 	p.marker = nil
-	return true
+	return true, p.cutOff
 }
 
 func (p *Proxy) clientToServer(pc *proxyConn) {
@@ -279,8 +310,8 @@ func (p *Proxy) clientToServer(pc *proxyConn) {
 		n, err := pc.client.Read(buf)
 		if n > 0 {
 			chunk := buf[:n]
-			if p.claimFault(tail, chunk) {
-				p.dropReply(pc, chunk)
+			if fired, cutOff := p.claimFault(tail, chunk); fired {
+				p.dropReply(pc, chunk, cutOff)
 				return
 			}
 			if !p.pass(pc) {
@@ -312,11 +343,11 @@ func (p *Proxy) clientToServer(pc *proxyConn) {
 
 // dropReply forwards the request in chunk while making sure no reply to it
 // can reach the client, then closes the connection.
-func (p *Proxy) dropReply(pc *proxyConn, chunk []byte) {
+func (p *Proxy) dropReply(pc *proxyConn, chunk []byte, cutOff bool) {
 	// Cut the server-to-client direction first. Only then is it safe to
 	// send the request: everything the server sends from now on, the reply
 	// included, is discarded.
-	pc.countDrop.Store(p)
+	pc.dropped.Store(&drop{p: p, cutOff: cutOff})
 	pc.wmu.Lock()
 	pc.cut = true
 	pc.wmu.Unlock()
@@ -376,12 +407,12 @@ type proxyConn struct {
 	// their way to the client.
 	wmu sync.Mutex
 	cut bool
-	// countDrop, once set, is the proxy that counts the drop when the cut connection
+	// dropped, once set, is the fault whose drop is counted when the cut connection
 	// closes: once the server is done with the request (or the grace is over), and before
 	// the client can learn of the loss, so that a test that sees the count and cuts the
 	// server off then finds the request run and its repeats cut off. Atomic: close must
 	// not wait for wmu, which a write to a client that does not read holds.
-	countDrop atomic.Pointer[Proxy]
+	dropped atomic.Pointer[drop]
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
@@ -389,10 +420,8 @@ type proxyConn struct {
 
 func (pc *proxyConn) close() {
 	pc.closeOnce.Do(func() {
-		if p := pc.countDrop.Load(); p != nil {
-			p.mu.Lock()
-			p.dropped++
-			p.mu.Unlock()
+		if d := pc.dropped.Load(); d != nil {
+			d.p.dropDone(pc, d.cutOff)
 		}
 		close(pc.done)
 		_ = pc.client.Close()

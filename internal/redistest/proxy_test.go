@@ -70,6 +70,49 @@ func TestProxyDropReplyAfter(t *testing.T) {
 	})
 }
 
+// A DropReplyAndBlackhole fault drops the reply of a request that ran, and the proxy is
+// blackholed before the client sees its connection close: its repeat does not get through
+// until Blackhole is turned off.
+func TestProxyDropReplyAndBlackhole(t *testing.T) {
+	Each(t, func(t *testing.T, b *Backend) {
+		direct := b.Client(t)
+		p := NewProxy(t, b.Addr)
+		c := ClientFor(t, p.Addr())
+		ctx := testContext(t)
+
+		p.DropReplyAndBlackhole([]byte("INCR"))
+		if err := c.Do(ctx, c.B().Incr().Key("n").Build()).Error(); err == nil {
+			t.Fatal("INCR through a reply-dropping proxy succeeded")
+		}
+		if got := p.Dropped(); got != 1 {
+			t.Fatalf("Dropped() = %d, want 1", got)
+		}
+		// The repeat finds the proxy blackholed.
+		if err := c.Do(ctx, c.B().Incr().Key("n").Build()).Error(); err == nil {
+			t.Fatal("a repeat of the INCR got through the blackholed proxy")
+		}
+		if n, err := direct.Do(ctx, direct.B().Get().Key("n").Build()).AsInt64(); err != nil || n != 1 {
+			t.Fatalf("n on the server = %d, %v; want 1: the dropped INCR ran, its repeat did not", n, err)
+		}
+		// Once it is off, the client reconnects (its first try may find the connection the
+		// blackhole closed).
+		p.Blackhole(false)
+		for {
+			n, err := c.Do(ctx, c.B().Incr().Key("n").Build()).AsInt64()
+			if err == nil {
+				if n != 2 {
+					t.Fatalf("INCR once the blackhole is off = %d, want 2", n)
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("INCR once the blackhole is off: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
 // TestProxyDropReplyMarkerAcrossReads checks that a marker split over two
 // TCP reads is still found, and that bytes sent before the fault was armed
 // do not trigger it.
@@ -168,14 +211,14 @@ func TestClaimFault(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Proxy{}
-			if p.claimFault([]byte(tc.tail), []byte(tc.chunk)) {
+			if fired, _ := p.claimFault([]byte(tc.tail), []byte(tc.chunk)); fired {
 				t.Fatal("fired while not armed")
 			}
 			p.DropReplyAfter([]byte(tc.marker))
-			if got := p.claimFault([]byte(tc.tail), []byte(tc.chunk)); got != tc.want {
+			if got, _ := p.claimFault([]byte(tc.tail), []byte(tc.chunk)); got != tc.want {
 				t.Fatalf("claimFault = %v, want %v", got, tc.want)
 			}
-			if tc.want && p.claimFault([]byte(tc.tail), []byte(tc.chunk)) {
+			if fired, _ := p.claimFault([]byte(tc.tail), []byte(tc.chunk)); tc.want && fired {
 				t.Fatal("fired twice")
 			}
 		})

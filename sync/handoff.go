@@ -10,9 +10,9 @@ import (
 
 // Local hand-off: a waiter served by a release of its own Client, in the round trip the
 // release costs anyway, where otherwise the release would wake the waiter to make its own
-// attempt — three scripts and two round trips. A lock's release script hands the lock straight to the
-// heir (handoff_lock.go); a semaphore's permits released locally never go to Redis
-// (handoff_semaphore.go).
+// attempt — three scripts and two round trips. A lock's release script hands the lock
+// straight to the heir (handoff_lock.go); a semaphore's permits released locally never go to
+// Redis (handoff_semaphore.go).
 //
 // What both share is here. A wait that may be served so queues an heir while it waits (see
 // Client.await). The heir's state says whether a release may serve it: only a parked one

@@ -57,7 +57,8 @@ func TestWaitEndedByContextWithdrawsItsClaim(t *testing.T) {
 					name := "withdraw:" + kind
 					ctx := testCtx(t, waitFor)
 					hc, _ := newClient(t, b.Addr)
-					wc, _ := newClient(t, b.Addr, fairSlow(withLeaveGrace(time.Minute))...) // a call returns once its withdrawal ran
+					// withLeaveGrace: a call returns once its withdrawal ran.
+					wc, _ := newClient(t, b.Addr, fairSlow(withLeaveGrace(time.Minute))...)
 					tc.w.take(ctx, hc, name)
 
 					// A first wait subscribes the waiters' channel, which stays subscribed after it.

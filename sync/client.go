@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -169,16 +168,10 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 		closed:     make(chan struct{}),
 		shut:       make(chan struct{}),
 	}
-	var prefix [8]byte
-	if _, err := rand.Read(prefix[:]); err != nil {
-		return nil, fmt.Errorf("dsync: random request-ID prefix: %w", err)
-	}
-	c.reqPrefix = hex.EncodeToString(prefix[:])
-	var token [8]byte
-	if _, err := rand.Read(token[:]); err != nil {
-		return nil, fmt.Errorf("dsync: random client token: %w", err)
-	}
-	c.lockToken = strconv.FormatUint(binary.BigEndian.Uint64(token[:]), 10)
+	var random [16]byte
+	rand.Read(random[:]) // never fails (Go 1.24+)
+	c.reqPrefix = hex.EncodeToString(random[:8])
+	c.lockToken = strconv.FormatUint(binary.BigEndian.Uint64(random[8:]), 10)
 	mode := pubsub.Plain
 	if cfg.mode == PubSubSharded {
 		c.publishCmd, mode = "SPUBLISH", pubsub.Sharded
@@ -192,7 +185,7 @@ func New(rdb rueidis.Client, opts ...Option) (*Client, error) {
 	c.permitKind = &watchdog.Kind{Name: "permits", Renew: c.renewer(func(ms string, b watchdog.Batch) lua.Request {
 		return lua.PermitRenew{Acquired: permitKeys(b), LeaseMs: ms, NowMs: nowMs(), Permits: b.Owners}
 	})}
-	wopts := watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log, Cluster: rdb.Mode() == rueidis.ClientModeCluster}
+	wopts := watchdog.Options{Timeout: cfg.watchdogTimeout, Logger: cfg.log, Cluster: cluster}
 	if c.obs != nil {
 		wopts.OnLease = c.obs.lease
 	}
@@ -243,18 +236,14 @@ func (c *Client) stopAcquiring() { c.shutOnce.Do(func() { close(c.shut) }) }
 
 // closing reports whether the Client takes no more holds: Shutdown or Close has begun. A hold
 // an acquisition under way takes now is given back.
-func (c *Client) closing() bool {
-	select {
-	case <-c.shut:
-		return true
-	default:
-		return false
-	}
-}
+func (c *Client) closing() bool { return done(c.shut) }
 
-func (c *Client) isClosed() bool {
+func (c *Client) isClosed() bool { return done(c.closed) }
+
+// done reports whether ch is closed.
+func done(ch <-chan struct{}) bool {
 	select {
-	case <-c.closed:
+	case <-ch:
 		return true
 	default:
 		return false
@@ -288,12 +277,8 @@ func (c *Client) renewer(renew func(ms string, b watchdog.Batch) lua.Request) wa
 		out := make([]watchdog.Result, len(batches))
 		if c.replicas == 0 {
 			resps := lua.ExecMulti(ctx, c.rdb, calls...)
-			for i := range out {
-				if i >= len(resps) {
-					out[i].Err = errors.New("dsync: missing renewal reply")
-					continue
-				}
-				out[i] = c.renewed(resps[i], 0)
+			for i, res := range resps { // DoMulti replies once per command
+				out[i] = c.renewed(res, 0)
 			}
 			return out
 		}

@@ -204,20 +204,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	switch {
 	case o == &l.o:
-		// A hold it was not given (taken too late: ErrLockLost), queued to be given back, goes
-		// now, not at the handle's next call, which may be long in coming — or, if op is busy
-		// (a withdrawal), after it.
-		switch {
-		case ok:
-		case o.tryLock():
-			unsettled := o.unsettled != nil
-			o.unlock()
-			if unsettled {
-				o.c.settleLater(&o.owner, func() {})
-			}
-		case errors.Is(err, ErrLockLost):
-			o.c.settleLater(&o.owner, func() {})
-		}
+		o.failed(ok, err)
 	case ok:
 		l.held.push(o, o.lease.Load())
 	default:
@@ -389,27 +376,19 @@ const NoExpiry time.Duration = -1
 // is not locked, NoExpiry when it has no TTL. Millisecond precision. Bounded as IsLocked.
 func (l *exclusive) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	o := &l.o
-	if err := o.check(ctx); err != nil {
+	// TYPE first (exists): PTTL alone would time a key that is no lock.
+	if held, err := o.exists(ctx); err != nil || !held {
 		return 0, err
 	}
-	// And TYPE, once it exists: PTTL alone would time a key that is no lock.
 	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Pttl().Key(o.name).Build() })
 	var ms int64
 	if err == nil {
 		ms, err = msg.AsInt64()
 	}
-	t := "none"
-	if err == nil && ms != -2 {
-		if msg, err = o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Type().Key(o.name).Build() }); err == nil {
-			t, err = msg.ToString()
-		}
-	}
 	switch {
 	case err != nil:
 		return 0, o.wrap(err)
-	case t != "hash" && t != "none":
-		return 0, o.wrongType(o.name)
-	case ms == -2:
+	case ms == -2: // gone since
 		return 0, nil
 	case ms < 0:
 		return NoExpiry, nil

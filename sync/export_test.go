@@ -27,9 +27,10 @@ func withLeaveGrace(d time.Duration) Option {
 // stands events between the Client's scripts and their replies: afterAcquire runs when an
 // acquire script has replied, before the Client reads the reply (a process pause, a Close);
 // beforeRelease before a plain lock's release goes, and beforeLeave before a last waiter's
-// leave goes (waiters coming and going meanwhile). Each runs for every send, repeats
-// included. A test that sets hook before the Client runs has its Do run hook first, which
-// may answer for Redis (ok: the command is not sent) or hold the command back.
+// leave (a plain lock's, a writer's) goes (waiters coming and going meanwhile). Each runs
+// for every send, repeats included. A test that sets hook before the Client runs has its Do
+// run hook first, which may answer for Redis (ok: the command is not sent) or hold the
+// command back.
 type hookedRDB struct {
 	rueidis.Client
 	afterAcquire, beforeRelease, beforeLeave testHook
@@ -89,7 +90,7 @@ func (h *hookedRDB) before(cmd rueidis.Completed) []string {
 	switch s {
 	case shaOf(lua.LockRelease{}):
 		h.beforeRelease.run(words)
-	case shaOf(lua.LockLeave{}):
+	case shaOf(lua.LockLeave{}), shaOf(lua.WriteLeave{}):
 		h.beforeLeave.run(words)
 	}
 	return words

@@ -5,7 +5,6 @@ import (
 
 	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
-	"github.com/redis/rueidis"
 )
 
 // FencedLock is a handle on a reentrant lock with fencing tokens, wire-compatible with
@@ -25,34 +24,16 @@ import (
 // waiting handle of the same Client (each holder must take a token of its own): waiters of
 // one Client are woken in turn, and each attempts. A repeated acquisition (its reply lost)
 // takes a second token; tokens only grow, which is all fencing needs.
-type FencedLock struct {
-	exclusive
-	tokenKey string // redisson_lock_token:{name}
-}
+type FencedLock struct{ exclusive }
 
 // FencedLock returns a handle on the fenced lock called name (the Redis key of its hash). It
 // makes no network call; an empty name or a bad option is reported by the handle's methods.
 func (c *Client) FencedLock(name string, opts ...HandleOption) *FencedLock {
-	l := &FencedLock{tokenKey: names.Prefix("redisson_lock_token", name)}
-	l.init(c, name, "fenced lock", &fencedLock{plainLock: newPlainLock(c, name), token: l.tokenKey}, opts)
+	l := &FencedLock{}
+	p := newPlainLock(c, name, names.Prefix("redisson_lock_token", name))
+	l.init(c, name, "fenced lock", &p, opts)
 	return l
 }
-
-// fencedLock is FencedLock's variant: the plain lock's, except that every acquisition takes
-// a token, and that a release never hands the lock on (each holder must take a token of its
-// own): waiters of one Client are woken in turn, and each attempts.
-type fencedLock struct {
-	plainLock
-	token string // the token counter
-}
-
-func (f *fencedLock) prepare(*lockAttempt, *wait) {}
-
-func (f *fencedLock) request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire {
-	return f.requestAs(o, leaseMs, a, f.token)
-}
-
-func (f *fencedLock) unlock(ctx context.Context, o *holder) error { return releaseOne(ctx, o, f) }
 
 // LockToken takes the lock as Lock does and returns the hold's token: higher than that of
 // every earlier acquisition of the lock, by any handle.
@@ -86,14 +67,10 @@ func (l *FencedLock) TryLockToken(ctx context.Context, opts ...TryLockOption) (i
 // Token returns the newest token the lock has given (0 when it has given none). Bounded as
 // Lock.IsLocked.
 func (l *FencedLock) Token(ctx context.Context) (int64, error) {
-	o := &l.o
-	if err := o.check(ctx); err != nil {
+	if err := l.o.check(ctx); err != nil {
 		return 0, err
 	}
-	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Get().Key(l.tokenKey).Build() })
-	if err != nil || msg.IsNil() {
-		return 0, o.wrap(err)
-	}
-	n, err := msg.AsInt64()
-	return n, o.wrapKey(l.tokenKey, err)
+	return l.o.getInt(ctx, l.tokenKey())
 }
+
+func (l *FencedLock) tokenKey() string { return l.v.(*plainLock).token }

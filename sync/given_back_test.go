@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"errors"
 	gosync "sync"
 	"sync/atomic"
@@ -59,44 +60,59 @@ func TestAcquireRepeatedPastItsLeaseGivesTheHoldBack(t *testing.T) {
 // owner as the call returns — not at the handle's next call, which may never come.
 func TestReentrantHoldTakenTooLateGivenBackAfterItsWithdrawal(t *testing.T) {
 	t.Parallel()
+	kinds := []struct {
+		kind string
+		lock func(ctx context.Context, c *Client, name string, opts ...LockOption) error
+	}{
+		{"lock", func(ctx context.Context, c *Client, name string, opts ...LockOption) error {
+			return c.Lock(name, Reentrant()).Lock(ctx, opts...)
+		}},
+		{"write lock", func(ctx context.Context, c *Client, name string, opts ...LockOption) error {
+			return c.RWLock(name, Reentrant()).Lock(ctx, opts...)
+		}},
+	}
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		t.Parallel()
-		const name = "given-back:reentrant"
-		const lease = time.Second
-		ctx := testCtx(t, 30*time.Second)
-		admin := b.Client(t)
-		// The Lock awaits its withdrawal for the retry budget at most: a reply delayed by
-		// half a lease stays well within it.
-		c, _ := newClient(t, b.Addr, WithRetryBudget(3*time.Second))
-		// The acquire's reply comes after its lease ran out, and the hold outlives the lease
-		// in Redis, as an acquire repeated after an outage leaves it (see
-		// TestAcquireRepeatedPastItsLeaseGivesTheHoldBack).
-		var paused atomic.Bool
-		hooks(c).afterAcquire.set(func([]string) {
-			if paused.CompareAndSwap(false, true) {
-				must(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(time.Minute.Milliseconds()).Build()).Error())
-				time.Sleep(lease + lease/2)
-			}
-		})
-		leaving, leaveGo := make(chan struct{}), make(chan struct{})
-		letLeave := gosync.OnceFunc(func() { close(leaveGo) })
-		t.Cleanup(letLeave)
-		var once gosync.Once
-		hooks(c).beforeLeave.set(func([]string) {
-			once.Do(func() {
-				close(leaving)
-				<-leaveGo
+		for _, k := range kinds {
+			t.Run(k.kind, func(t *testing.T) {
+				t.Parallel()
+				name := "given-back:reentrant:" + k.kind
+				const lease = time.Second
+				ctx := testCtx(t, 30*time.Second)
+				admin := b.Client(t)
+				// The Lock awaits its withdrawal for the retry budget at most: a reply delayed
+				// by half a lease stays well within it.
+				c, _ := newClient(t, b.Addr, WithRetryBudget(3*time.Second))
+				// The acquire's reply comes after its lease ran out, and the hold outlives the
+				// lease in Redis, as an acquire repeated after an outage leaves it (see
+				// TestAcquireRepeatedPastItsLeaseGivesTheHoldBack).
+				var paused atomic.Bool
+				hooks(c).afterAcquire.set(func([]string) {
+					if paused.CompareAndSwap(false, true) {
+						must(t, admin.Do(ctx, admin.B().Pexpire().Key(name).Milliseconds(time.Minute.Milliseconds()).Build()).Error())
+						time.Sleep(lease + lease/2)
+					}
+				})
+				leaving, leaveGo := make(chan struct{}), make(chan struct{})
+				letLeave := gosync.OnceFunc(func() { close(leaveGo) })
+				t.Cleanup(letLeave)
+				var once gosync.Once
+				hooks(c).beforeLeave.set(func([]string) {
+					once.Do(func() {
+						close(leaving)
+						<-leaveGo
+					})
+				})
+				if err := k.lock(ctx, c, name, Lease(lease)); !errors.Is(err, ErrLockLost) {
+					t.Fatalf("Lock whose reply came after its lease: %v, want ErrLockLost", err)
+				}
+				signalled(t, ctx, leaving, "the withdrawal")
+				if !exists(t, admin, name) {
+					t.Fatal("the hold is gone while the withdrawal holds the owner: the situation this test is about did not arise")
+				}
+				letLeave()
+				eventually(t, waitFor, "the hold given back", func() bool { return !exists(t, admin, name) })
 			})
-		})
-		if err := c.Lock(name, Reentrant()).Lock(ctx, Lease(lease)); !errors.Is(err, ErrLockLost) {
-			t.Fatalf("Lock whose reply came after its lease: %v, want ErrLockLost", err)
 		}
-		signalled(t, ctx, leaving, "the withdrawal")
-		if !exists(t, admin, name) {
-			t.Fatal("the hold is gone while the withdrawal holds the owner: the situation this test is about did not arise")
-		}
-		letLeave()
-		eventually(t, waitFor, "the hold given back", func() bool { return !exists(t, admin, name) })
 	})
 }
 

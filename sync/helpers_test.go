@@ -205,9 +205,6 @@ func (l *exclusive) wakeCh(o *holder) string { return l.v.wakeCh(o) }
 
 // plain is l's plain-lock variant (a Lock's, or a FencedLock's).
 func (l *exclusive) plain() *plainLock {
-	if f, ok := l.v.(*fencedLock); ok {
-		return &f.plainLock
-	}
 	return l.v.(*plainLock)
 }
 

@@ -42,12 +42,10 @@ func holdContext(parent context.Context, lease *watchdog.Lease, o *holder) (cont
 
 // holdEnd is why a hold whose lease ended is over.
 func holdEnd(lease *watchdog.Lease) error {
-	select {
-	case <-lease.Lost():
+	if done(lease.Lost()) {
 		return ErrLockLost
-	default:
-		return ErrHoldEnded
 	}
+	return ErrHoldEnded
 }
 
 // extend makes o's hold whose lease is hold last at least lease from now, by the script renew

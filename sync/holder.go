@@ -359,15 +359,7 @@ func (o *holder) lostErr(reason string) error {
 // between was not covered.
 func (o *holder) leaseLost() bool {
 	l := o.lease.Load()
-	if l == nil || o.count == 0 {
-		return false
-	}
-	select {
-	case <-l.Lost():
-		return true
-	default:
-		return false
-	}
+	return l != nil && o.count > 0 && done(l.Lost())
 }
 
 // valid reports whether the current hold's lease is ahead, now, by the monotonic clock.
@@ -389,4 +381,22 @@ func (o *holder) lostCh() <-chan struct{} {
 		return l.Lost()
 	}
 	return nil
+}
+
+// failed settles, after an acquisition of a Reentrant handle's own owner that failed with err,
+// a hold it was not given (taken too late: ErrLockLost) and queued to be given back: now, not
+// at the handle's next call, which may be long in coming — or, if op is busy (a withdrawal),
+// after it.
+func (o *holder) failed(ok bool, err error) {
+	switch {
+	case ok:
+	case o.tryLock():
+		unsettled := o.unsettled != nil
+		o.unlock()
+		if unsettled {
+			o.c.settleLater(&o.owner, func() {})
+		}
+	case errors.Is(err, ErrLockLost):
+		o.c.settleLater(&o.owner, func() {})
+	}
 }

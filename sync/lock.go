@@ -47,7 +47,7 @@ type Lock struct{ exclusive }
 // an empty name or a bad option is reported by the handle's methods.
 func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 	l := &Lock{}
-	p := newPlainLock(c, name)
+	p := newPlainLock(c, name, "")
 	l.init(c, name, "lock", &p, opts)
 	return l
 }
@@ -57,32 +57,30 @@ func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 // a release that frees the lock wakes one Client there, and within a Client waiters queue
 // behind each other and may be handed the lock by a local release (see lockHeirs). One waiting
 // Client, the listener, also hears the lock's Redisson channel for the others.
-type plainLock struct{ waitingClients }
+type plainLock struct {
+	waitingClients
+	token string // a FencedLock's token counter: every acquisition takes a token, and no release hands the lock on
+}
 
-func newPlainLock(c *Client, name string) plainLock {
-	return plainLock{newWaitingClients(c, names.Prefix(lockChannelPrefix, name), names.Suffix(name, "lock_clients"), pubsub.LockPolicy)}
+func newPlainLock(c *Client, name, token string) plainLock {
+	return plainLock{newWaitingClients(c, names.Prefix(lockChannelPrefix, name), names.Suffix(name, "lock_clients"), pubsub.LockPolicy), token}
 }
 
 func (p *plainLock) wakeCh(*holder) string { return p.clientCh }
 
 // prepare queues a waiter that may join to be handed the lock by a local release.
 func (p *plainLock) prepare(a *lockAttempt, w *wait) {
-	if w.join && a.o.c.maxHandoff > 0 {
+	if w.join && a.o.c.maxHandoff > 0 && p.token == "" {
 		a.heir = lockHeir{heir: heir{key: a.o.name}, o: a.o, lease: a.lease, leaseMs: a.leaseMs}
 		w.heir = &a.heir
 	}
 }
 
+// request is the request of an attempt for the waiting acquisition a (nil: a single
+// attempt). A waiting attempt registers the Client, once its channel is subscribed (a wake
+// sent to a Client not yet subscribed would reach nobody).
 func (p *plainLock) request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire {
-	return p.requestAs(o, leaseMs, a, "")
-}
-
-// requestAs is the request of an attempt for the waiting acquisition a (nil: a single
-// attempt), of a fenced lock if tokenKey is its token counter. A waiting attempt registers
-// the Client, once its channel is subscribed (a wake sent to a Client not yet subscribed
-// would reach nobody).
-func (p *plainLock) requestAs(o *holder, leaseMs string, a *lockAttempt, tokenKey string) lua.Acquire {
-	r := lua.LockAcquire{Lock: o.name, Clients: p.clients, Listener: p.listener, TokenKey: tokenKey, LeaseMs: leaseMs,
+	r := lua.LockAcquire{Lock: o.name, Clients: p.clients, Listener: p.listener, TokenKey: p.token, LeaseMs: leaseMs,
 		Owner: o.id, Publish: o.c.publishCmd}
 	if a != nil {
 		a.registered = o.c.mux.Subscribed(p.clientCh)
@@ -138,7 +136,7 @@ func (p *plainLock) unlock(ctx context.Context, o *holder) error {
 	registered := false // the release registers the Client again, for its waiters left
 	err := o.release(ctx, func(last bool, num lua.Numbered) (lua.Request, *lockHeir) {
 		var h *lockHeir
-		if last && o.run < o.c.maxHandoff && !o.c.closing() {
+		if last && o.run < o.c.maxHandoff && p.token == "" && !o.c.closing() {
 			h = o.c.lockHeirs.reserve(o.name)
 		}
 		var r lua.Request

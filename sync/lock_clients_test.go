@@ -422,50 +422,66 @@ func TestWaiterRegisteredAsLastOneLeftIsWoken(t *testing.T) {
 
 // A release that registered its Client again for a waiter that left while the release was
 // on its way drops that registration, which would otherwise take the wake of a later
-// release from the Client registered behind it (a minute's keep-alive here).
+// release from the Client registered behind it (a minute's keep-alive here). A FencedLock
+// releases as a Lock does, without the local hand-off.
 func TestReleaseForWaiterThatLeftDropsRegistration(t *testing.T) {
 	t.Parallel()
+	type mutex interface {
+		Lock(context.Context, ...LockOption) error
+		Unlock(context.Context) error
+	}
+	kinds := []struct {
+		kind string
+		make func(c *Client, name string) mutex
+	}{
+		{"lock", func(c *Client, name string) mutex { return c.Lock(name) }},
+		{"fenced lock", func(c *Client, name string) mutex { return c.FencedLock(name) }},
+	}
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t, 20*time.Second)
-		const name = "left-meanwhile"
-		x, rdb := newClient(t, b.Addr, fairSlow(WithLocalHandoff(0))...)
-		z1C, _ := newClient(t, b.Addr, fairSlow()...)
-		z2C, _ := newClient(t, b.Addr, fairSlow()...)
-		holder := x.Lock(name)
-		must(t, holder.Lock(ctx))
-		z1 := z1C.Lock(name)
-		got1 := lockAsync(ctx, z1)
-		eventually(t, waitFor, "z1 registered", func() bool {
-			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken}) && listening(t, b, z1C, name)
-		})
-		last := serverMs(t, rdb)
-		eventually(t, waitFor, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
-		leaveCtx, leave := context.WithCancel(ctx)
-		xAttempts := countAttempts(x)
-		w := lockAsync(leaveCtx, x.Lock(name))
-		// Registered, and both its attempts answered (its first, and the one its
-		// subscription's confirmation wakes, which registers): one still on its way as the
-		// wait ends is awaited 25 ms at most, and its outcome is then unknown, which a loaded
-		// machine made it.
-		eventually(t, waitFor, "x's waiter registered, its attempts answered", func() bool {
-			return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken, x.lockToken}) &&
-				x.mux.Waiters(waitChannel(x, name)) == 1 && xAttempts.Load() >= 2
-		})
-		hooks(x).beforeRelease.set(func([]string) {
-			hooks(x).beforeRelease.set(nil)
-			leave()
-			if err := <-w; err != context.Canceled {
-				t.Errorf("x's waiter: %v, want context.Canceled", err)
-			}
-		})
-		must(t, holder.Unlock(ctx)) // counted x's waiter, which left before it ran
-		wantResult(t, "z1", got1, waitFor)
-		got2 := lockAsync(ctx, z2C.Lock(name))
-		eventually(t, waitFor, "z2 registered", func() bool {
-			return slices.Contains(registered(t, rdb, name), z2C.lockToken) && listening(t, b, z2C, name)
-		})
-		must(t, z1.Unlock(ctx))
-		wantResult(t, "z2", got2, waitFor)
+		for _, k := range kinds {
+			t.Run(k.kind, func(t *testing.T) {
+				ctx := testCtx(t, 20*time.Second)
+				name := "left-meanwhile:" + k.kind
+				x, rdb := newClient(t, b.Addr, fairSlow(WithLocalHandoff(0))...)
+				z1C, _ := newClient(t, b.Addr, fairSlow()...)
+				z2C, _ := newClient(t, b.Addr, fairSlow()...)
+				holder := k.make(x, name)
+				must(t, holder.Lock(ctx))
+				z1 := k.make(z1C, name)
+				got1 := lockAsync(ctx, z1)
+				eventually(t, waitFor, "z1 registered", func() bool {
+					return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken}) && listening(t, b, z1C, name)
+				})
+				last := serverMs(t, rdb)
+				eventually(t, waitFor, "the server's clock moving on", func() bool { return serverMs(t, rdb) > last })
+				leaveCtx, leave := context.WithCancel(ctx)
+				xAttempts := countAttempts(x)
+				w := lockAsync(leaveCtx, k.make(x, name))
+				// Registered, and both its attempts answered (its first, and the one its
+				// subscription's confirmation wakes, which registers): one still on its way as
+				// the wait ends is awaited 25 ms at most, and its outcome is then unknown, which
+				// a loaded machine made it.
+				eventually(t, waitFor, "x's waiter registered, its attempts answered", func() bool {
+					return slices.Equal(registered(t, rdb, name), []string{z1C.lockToken, x.lockToken}) &&
+						x.mux.Waiters(waitChannel(x, name)) == 1 && xAttempts.Load() >= 2
+				})
+				hooks(x).beforeRelease.set(func([]string) {
+					hooks(x).beforeRelease.set(nil)
+					leave()
+					if err := <-w; err != context.Canceled {
+						t.Errorf("x's waiter: %v, want context.Canceled", err)
+					}
+				})
+				must(t, holder.Unlock(ctx)) // counted x's waiter, which left before it ran
+				wantResult(t, "z1", got1, waitFor)
+				got2 := lockAsync(ctx, k.make(z2C, name))
+				eventually(t, waitFor, "z2 registered", func() bool {
+					return slices.Contains(registered(t, rdb, name), z2C.lockToken) && listening(t, b, z2C, name)
+				})
+				must(t, z1.Unlock(ctx))
+				wantResult(t, "z2", got2, waitFor)
+			})
+		}
 	})
 }
 

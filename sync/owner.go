@@ -74,8 +74,6 @@ func (o *owner) init(c *Client, name, what string) {
 		o.err = invalid("name", "%q has a '{' but no hash tag ({tag}, not empty), so its keys cannot share "+
 			"a hash slot, which a Cluster requires: give it a tag, or no '{'", name)
 	case strings.Contains(name, "{") && !hasHashTag(name):
-		// Redisson's rule (see names.go) trusts any '{' to be a tag: the channel and
-		// latch keys then hash elsewhere, which a cluster rejects as CROSSSLOT.
 		c.log.Warn("name has '{' but no valid hash tag; its derived keys may fall in another slot", o.fields()...)
 	}
 }
@@ -252,15 +250,18 @@ func (p *pool) run(ctx context.Context, req func(lua.Numbered) lua.Request) (rue
 // get reads the handle's key as an integer (0 when it does not exist), repeating the read
 // within the retry budget while its reply is lost.
 func (p *pool) get(ctx context.Context) (int, error) {
-	c := p.c
-	msg, err := c.read(ctx, func(ctx context.Context) rueidis.RedisResult {
-		return c.rdb.Do(ctx, c.rdb.B().Get().Key(p.name).Build())
-	})
+	n, err := p.getInt(ctx, p.name)
+	return int(n), err
+}
+
+// getInt reads key, one of the object's, as an integer (0 when it does not exist).
+func (o *owner) getInt(ctx context.Context, key string) (int64, error) {
+	msg, err := o.get(ctx, func(b rueidis.Builder) rueidis.Completed { return b.Get().Key(key).Build() })
 	if err != nil || msg.IsNil() {
-		return 0, p.wrap(err)
+		return 0, o.wrap(err)
 	}
 	n, err := msg.AsInt64()
-	return int(n), p.wrap(err)
+	return n, o.wrapKey(key, err)
 }
 
 func (p *pool) put(o *owner) {

@@ -198,6 +198,7 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 	ok, err = l.acquireAs(ctx, p, write, lease, limit)
 	switch {
 	case p == &l.rwPair:
+		o.failed(ok, err)
 	case ok:
 		held.push(p, o.lease.Load())
 	default:

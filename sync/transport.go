@@ -279,12 +279,10 @@ type windowCtx struct {
 func (s *windowCtx) Deadline() (time.Time, bool) { return s.w.end, true }
 func (s *windowCtx) Done() <-chan struct{}       { return s.w.done }
 func (s *windowCtx) Err() error {
-	select {
-	case <-s.w.done:
+	if done(s.w.done) {
 		return context.DeadlineExceeded
-	default:
-		return nil
 	}
+	return nil
 }
 
 // errNoReply is the error of a send that got no reply before it, or its caller's wait, ended.

@@ -50,10 +50,7 @@ type attempter interface {
 // message announces) and makes at least one attempt before a deadline ends its wait.
 func (c *Client) acquire(ctx context.Context, w wait) (bool, error) {
 	start := time.Now()
-	var deadline time.Time
-	if w.limit > 0 {
-		deadline = start.Add(w.limit)
-	}
+	deadline := w.deadline(start)
 	if w.join {
 		if sub, hint := c.mux.Join(w.channel); sub != nil {
 			ttl := int64(-1)
@@ -100,11 +97,15 @@ func (c *Client) waitAfter(ctx context.Context, w wait, start time.Time, ttl int
 		return false, c.waitEnded(err)
 	}
 	hint(sub, ttl)
-	var deadline time.Time
-	if w.limit > 0 {
-		deadline = start.Add(w.limit)
+	return c.await(ctx, w, sub, w.deadline(start), ttl, true)
+}
+
+// deadline is when a wait begun at start ends by its limit (the zero time: none).
+func (w *wait) deadline(start time.Time) time.Time {
+	if w.limit <= 0 {
+		return time.Time{}
 	}
-	return c.await(ctx, w, sub, deadline, ttl, true)
+	return start.Add(w.limit)
 }
 
 // hint passes an attempt's ttl on to the waiters that join after it.

@@ -84,14 +84,11 @@ func (l *exclusive) borrow() *holder {
 	return o
 }
 
-// returnOwner returns a borrowed owner to the Client's idle owners if it holds nothing, and
-// reports whether it does (a Reentrant handle's own owner stays with it).
-func (l *exclusive) returnOwner(o *holder) bool {
-	if o == &l.o {
-		return o.count == 0
-	}
+// returnOwner returns a borrowed owner to the Client's idle owners once it holds nothing;
+// kept, if not nil, is called if it still holds (see Client.returnOwner).
+func (l *exclusive) returnOwner(o *holder, kept func()) {
 	c := l.o.c
-	return c.returnOwner(o, func(o *holder) { c.lockOwners.put(l.key, o) })
+	c.returnOwner(o, func() { c.lockOwners.put(l.key, o) }, kept)
 }
 
 // current is the owner and lease of the hold the next Unlock ends: a Reentrant handle's own
@@ -208,7 +205,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	case ok:
 		l.held.push(o, o.lease.Load())
 	default:
-		l.returnOwner(o)
+		l.returnOwner(o, nil)
 	}
 	return ok, err
 }
@@ -297,9 +294,7 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
 	}
 	err := l.v.unlock(ctx, h.o)
-	if !l.returnOwner(h.o) {
-		l.held.unpop(h) // Redis refused the release: the hold is still the handle's
-	}
+	l.returnOwner(h.o, func() { l.held.unpop(h) }) // kept: Redis refused the release
 	return overlapped(err, h, &l.o)
 }
 

@@ -90,24 +90,25 @@ func (l *lender[T]) close() {
 
 // returnOwner returns o, which no call is using, to its lender through put once it holds
 // nothing — at once, or, when a request of its is of unknown outcome, once that is settled in
-// the background (see settleLater) — and reports whether it did. An owner that still holds (a
-// refused release) is not returned. One whose acquire's outcome is unknown is: its next
-// acquisition adopts the hold Redis may count, or the hold lapses with its lease. When work
-// of the owner's own runs in the background (a waiter's claim withdrawn, a late reply read,
-// a Shutdown's release), the owner is returned once that is done, and the caller not kept.
-func (c *Client) returnOwner(o *holder, put func(*holder)) bool {
+// the background (see settleLater). An owner that still holds (a refused release) is not
+// returned: kept, if not nil, is called instead. One whose acquire's outcome is unknown is
+// returned: its next acquisition adopts the hold Redis may count, or the hold lapses with its
+// lease. When another user of the owner's op has it (a waiter's claim withdrawn, a late reply
+// read, a concurrent HoldCount), the owner is returned once that is done, and the caller not
+// kept.
+func (c *Client) returnOwner(o *holder, put, kept func()) {
 	if !o.tryLock() {
 		c.background(func() {
 			_ = o.lock(context.Background())
-			c.returnLocked(o, put)
+			c.returnLocked(o, put, kept)
 		})
-		return true
+		return
 	}
-	return c.returnLocked(o, put)
+	c.returnLocked(o, put, kept)
 }
 
 // returnLocked is returnOwner with o's op held, which it gives back.
-func (c *Client) returnLocked(o *holder, put func(*holder)) bool {
+func (c *Client) returnLocked(o *holder, put, kept func()) {
 	holds, unsettled := o.count, o.unsettled != nil
 	if holds == 0 && !unsettled {
 		o.lease.Store(nil) // the next holder's lease is its own
@@ -115,13 +116,14 @@ func (c *Client) returnLocked(o *holder, put func(*holder)) bool {
 	o.unlock()
 	switch {
 	case holds > 0:
-		return false
+		if kept != nil {
+			kept()
+		}
 	case unsettled:
-		c.settleLater(&o.owner, func() { o.lease.Store(nil); put(o) })
+		c.settleLater(&o.owner, func() { o.lease.Store(nil); put() })
 	default:
-		put(o)
+		put()
 	}
-	return true
 }
 
 // settleLater repeats o's request of unknown outcome in the background (see background),

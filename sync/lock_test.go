@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	gosync "sync"
@@ -937,4 +938,69 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 			eventually(t, timeout+waitFor, "the lapsed lock expires", func() bool { return !exists(t, admin, "unlock-refused") })
 		})
 	})
+}
+
+// A mutex handle's Unlock that Redis refuses leaves the hold the handle's, also when another
+// call of the handle (a HoldCount, an Extend) takes the owner the moment the release lets go
+// of it: the owner then comes back to the handle in the background, and with it the hold.
+func TestRefusedUnlockKeepsTheHoldWhileItsOwnerIsBusy(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 20*time.Second)
+		const name = "unlock-refused-owner-busy"
+		c, _ := newClient(t, b.Addr)
+		admin := b.Client(t)
+		mu := c.Lock(name)
+		must(t, mu.Lock(ctx))
+		must(t, mu.Unlock(ctx)) // makes the owner's latch; the next Lock borrows the owner again
+		must(t, mu.Lock(ctx))
+		h, _ := mu.held.peek()
+		latch := h.o.latch
+		if latch == "" {
+			t.Fatal("the hold's owner has no latch: the next Lock did not borrow the same owner")
+		}
+		// The latch turned into a hash: the release's first command fails, nothing runs.
+		must(t, admin.Do(ctx, admin.B().Del().Key(latch).Build()).Error())
+		must(t, admin.Do(ctx, admin.B().Hset().Key(latch).FieldValue().FieldValue("x", "1").Build()).Error())
+		took, letGo := make(chan struct{}), make(chan struct{})
+		hooks(c).beforeRelease.set(func([]string) {
+			hooks(c).beforeRelease.set(nil)
+			// Blocked on the owner while the release has it, the call takes it as the release
+			// lets go (a channel hands its slot to a blocked sender), before the Unlock can.
+			go takeOwner(&h.o.owner, took, letGo)
+			eventually(t, waitFor, "a call waiting for the owner", func() bool { return blockedIn("sync.takeOwner") })
+		})
+		if err := mu.Unlock(ctx); err == nil || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Unlock refused by Redis: %v, want its error", err)
+		}
+		signalled(t, ctx, took, "the owner taken as the release let go of it")
+		close(letGo)
+		eventually(t, waitFor, "the refused hold the handle's again", mu.Valid)
+		must(t, admin.Do(ctx, admin.B().Del().Key(latch).Build()).Error())
+		must(t, mu.Unlock(ctx))
+		if exists(t, admin, name) {
+			t.Fatal("the lock is still there after the handle's Unlock")
+		}
+	})
+}
+
+// takeOwner takes o's op, says so on took, and gives it back once letGo is closed.
+func takeOwner(o *owner, took chan<- struct{}, letGo <-chan struct{}) {
+	_ = o.lock(context.Background())
+	close(took)
+	<-letGo
+	o.unlock()
+}
+
+// blockedIn reports whether a goroutine whose stack has fn is blocked in a select (as
+// owner.lock waits for op).
+func blockedIn(fn string) bool {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, " [select") && strings.Contains(g, fn+"(") {
+			return true
+		}
+	}
+	return false
 }

@@ -105,14 +105,12 @@ func (l *RWLock) borrow() *rwPair {
 	return p
 }
 
-// returnPair returns a borrowed pair to the Client's idle pairs if its side o holds nothing
-// (the other side never held), and reports whether it does.
-func (l *RWLock) returnPair(p *rwPair, o *holder) bool {
-	if p == &l.rwPair {
-		return o.count == 0
-	}
+// returnPair returns a borrowed pair to the Client's idle pairs once its side o holds
+// nothing (the other side never held); kept, if not nil, is called if it still holds (see
+// Client.returnOwner).
+func (l *RWLock) returnPair(p *rwPair, o *holder, kept func()) {
 	c := l.r.c
-	return c.returnOwner(o, func(*holder) { c.rwOwners.put(l.r.name, p) })
+	c.returnOwner(o, func() { c.rwOwners.put(l.r.name, p) }, kept)
 }
 
 // Name returns the lock's name, which is its Redis key.
@@ -202,7 +200,7 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 	case ok:
 		held.push(p, o.lease.Load())
 	default:
-		l.returnPair(p, o)
+		l.returnPair(p, o, nil)
 	}
 	return ok, err
 }

@@ -38,9 +38,7 @@ func (l *RWLock) unlock(ctx context.Context, write bool) error {
 		return l.r.wrap(fmt.Errorf("%w: the handle holds no %s lock", ErrNotHeld, mode))
 	}
 	err := l.unlockAs(ctx, h.o, write)
-	if !l.returnPair(h.o, h.o.side(write)) {
-		held.unpop(h) // Redis refused the release: the hold is still the handle's
-	}
+	l.returnPair(h.o, h.o.side(write), func() { held.unpop(h) }) // kept: Redis refused the release
 	return overlapped(err, h, &l.r)
 }
 

@@ -47,14 +47,10 @@ const (
 	PubSubSharded
 )
 
+// String returns the mode's name: auto, plain or sharded.
 func (m PubSubMode) String() string {
-	switch m {
-	case PubSubAuto:
-		return "auto"
-	case PubSubPlain:
-		return "plain"
-	case PubSubSharded:
-		return "sharded"
+	if names := [...]string{"auto", "plain", "sharded"}; m >= 0 && int(m) < len(names) {
+		return names[m]
 	}
 	return "PubSubMode(" + strconv.Itoa(int(m)) + ")"
 }

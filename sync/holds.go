@@ -71,7 +71,13 @@ func (h *holds[T]) next() int {
 }
 
 // pop takes the next hold out (see next), or reports that there is none.
-func (h *holds[T]) pop() (hold[T], bool) {
+func (h *holds[T]) pop() (hold[T], bool) { return h.take(true) }
+
+// peek returns the hold a release would end, or reports that there is none.
+func (h *holds[T]) peek() (hold[T], bool) { return h.take(false) }
+
+// take returns the next hold, taking it out if out is true.
+func (h *holds[T]) take(out bool) (hold[T], bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	i := h.next()
@@ -79,7 +85,9 @@ func (h *holds[T]) pop() (hold[T], bool) {
 		return hold[T]{}, false
 	}
 	x := h.list[i]
-	h.list = append(h.list[:i:i], h.list[i+1:]...)
+	if out {
+		h.list = append(h.list[:i:i], h.list[i+1:]...)
+	}
 	return x, true
 }
 
@@ -88,17 +96,6 @@ func (h *holds[T]) unpop(x hold[T]) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.list = append([]hold[T]{x}, h.list...)
-}
-
-// peek returns the hold a release would end, or reports that there is none.
-func (h *holds[T]) peek() (hold[T], bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	i := h.next()
-	if i < 0 {
-		return hold[T]{}, false
-	}
-	return h.list[i], true
 }
 
 // valid reports whether the handle holds something and every hold of its is live.

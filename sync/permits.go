@@ -223,10 +223,7 @@ func (s *PermitSemaphore) Release(ctx context.Context, ids ...string) error {
 // not known, the reply of a repeat).
 func (s *PermitSemaphore) release(ctx context.Context, ids []string) (int, error) {
 	o := &s.p.owner
-	if err := o.check(ctx); err != nil {
-		return 0, err
-	}
-	msg, err := s.p.request(context.WithoutCancel(ctx), func(num lua.Numbered) lua.Request {
+	msg, err := s.p.release(ctx, func(num lua.Numbered) lua.Request {
 		return lua.PermitRelease{PermitKeys: s.keys(), Numbered: num, NowMs: nowMs(), Publish: o.c.publishCmd, IDs: ids}
 	})
 	if !replied(err) {

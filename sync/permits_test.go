@@ -325,19 +325,32 @@ func TestPermitSemaphoreBadInput(t *testing.T) {
 	ctx := testCtx(t, 5*time.Second)
 	c, _ := newClient(t, b.Addr)
 	s := c.PermitSemaphore("permits-bad")
+	var nilCtx context.Context
+	const id = "00112233445566778899aabbccddeeff"
 	for name, err := range map[string]error{
-		"Acquire(0)":          func() error { _, err := s.Acquire(ctx, 0); return err }(),
-		"Acquire(4097)":       func() error { _, err := s.Acquire(ctx, 4097); return err }(),
-		"Acquire(Lease(0))":   func() error { _, err := s.Acquire(ctx, 1, Lease(0)); return err }(),
-		"TryAcquire(-wait)":   func() error { _, _, err := s.TryAcquire(ctx, 1, WaitTime(-1)); return err }(),
-		"Release()":           s.Release(ctx),
-		"Release(bad ID)":     s.Release(ctx, "xyz"),
-		"Release(short ID)":   s.Release(ctx, "0011"),
-		"UpdateLeaseTime(0)":  func() error { _, err := s.UpdateLeaseTime(ctx, "00112233445566778899aabbccddeeff", 0); return err }(),
-		"LeaseTime(bad ID)":   func() error { _, err := s.LeaseTime(ctx, "zz112233445566778899aabbccddeeff"); return err }(),
-		"SetPermits(-1)":      s.SetPermits(ctx, -1),
-		"TrySetPermits(2^31)": func() error { _, err := s.TrySetPermits(ctx, 1<<31); return err }(),
-		"empty name":          c.PermitSemaphore("").SetPermits(ctx, 1),
+		"Acquire(0)":                 func() error { _, err := s.Acquire(ctx, 0); return err }(),
+		"Acquire(4097)":              func() error { _, err := s.Acquire(ctx, 4097); return err }(),
+		"Acquire(Lease(0))":          func() error { _, err := s.Acquire(ctx, 1, Lease(0)); return err }(),
+		"TryAcquire(-wait)":          func() error { _, _, err := s.TryAcquire(ctx, 1, WaitTime(-1)); return err }(),
+		"Release()":                  s.Release(ctx),
+		"Release(bad ID)":            s.Release(ctx, "xyz"),
+		"Release(short ID)":          s.Release(ctx, "0011"),
+		"UpdateLeaseTime(0)":         func() error { _, err := s.UpdateLeaseTime(ctx, "00112233445566778899aabbccddeeff", 0); return err }(),
+		"LeaseTime(bad ID)":          func() error { _, err := s.LeaseTime(ctx, "zz112233445566778899aabbccddeeff"); return err }(),
+		"SetPermits(-1)":             s.SetPermits(ctx, -1),
+		"TrySetPermits(2^31)":        func() error { _, err := s.TrySetPermits(ctx, 1<<31); return err }(),
+		"empty name":                 c.PermitSemaphore("").SetPermits(ctx, 1),
+		"nil ctx (TrySetPermits)":    func() error { _, err := s.TrySetPermits(nilCtx, 1); return err }(),
+		"nil ctx (SetPermits)":       s.SetPermits(nilCtx, 1),
+		"nil ctx (AddPermits)":       s.AddPermits(nilCtx, 1),
+		"nil ctx (Acquire)":          func() error { _, err := s.Acquire(nilCtx, 1); return err }(),
+		"nil ctx (TryAcquire)":       func() error { _, _, err := s.TryAcquire(nilCtx, 1); return err }(),
+		"nil ctx (Release)":          s.Release(nilCtx, id),
+		"nil ctx (UpdateLeaseTime)":  func() error { _, err := s.UpdateLeaseTime(nilCtx, id, time.Second); return err }(),
+		"nil ctx (LeaseTime)":        func() error { _, err := s.LeaseTime(nilCtx, id); return err }(),
+		"nil ctx (AvailablePermits)": func() error { _, err := s.AvailablePermits(nilCtx); return err }(),
+		"nil ctx (AcquiredPermits)":  func() error { _, err := s.AcquiredPermits(nilCtx); return err }(),
+		"nil ctx (Permits)":          func() error { _, err := s.Permits(nilCtx); return err }(),
 	} {
 		if !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)

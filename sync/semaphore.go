@@ -119,7 +119,8 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 	if n < -maxPermits || n > maxPermits {
 		return invalid("permits", "must be in [%d, %d], got %d", -maxPermits, maxPermits, n)
 	}
-	return s.add(ctx, n)
+	_, err := s.p.release(ctx, s.release(n))
+	return err
 }
 
 // Release gives n permits back and wakes waiters. When it returns nil the permits were
@@ -137,11 +138,6 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	}
 	local, err := s.handOn(ctx, n)
 	s.p.c.obs.released(s.p.what, s.p.name, n, time.Time{}, local, err)
-	return err
-}
-
-func (s *Semaphore) add(ctx context.Context, n int) error {
-	_, err := s.p.request(context.WithoutCancel(ctx), s.release(n))
 	return err
 }
 

@@ -76,8 +76,8 @@ func (s *PermitSemaphore) SetPermits(ctx context.Context, n int) error {
 // AddPermits adds n available permits, or takes -n away when n is negative. n must be in
 // [-2³¹+1, 2³¹-1].
 func (s *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
-	if n < -maxPermits || n > maxPermits {
-		return invalid("permits", "must be in [%d, %d], got %d", -maxPermits, maxPermits, n)
+	if err := checkPermits("permits", n, -maxPermits); err != nil {
+		return err
 	}
 	_, err := s.set(ctx, "add", n)
 	return err

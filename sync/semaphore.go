@@ -116,8 +116,8 @@ func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisM
 // zero: acquisitions then wait until releases bring it back above). n must be in
 // [-2³¹+1, 2³¹-1].
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
-	if n < -maxPermits || n > maxPermits {
-		return invalid("permits", "must be in [%d, %d], got %d", -maxPermits, maxPermits, n)
+	if err := checkPermits("permits", n, -maxPermits); err != nil {
+		return err
 	}
 	_, err := s.p.release(ctx, s.release(n))
 	return err

@@ -123,7 +123,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 	if !open {
 		return nil, false, s.p.wrap(ErrClosed)
 	}
-	start := s.p.c.obs.now()
+	start := time.Now()
 	defer func() { s.p.c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
 	if n < 1 || n > maxPermitsPerCall {
 		return nil, false, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)

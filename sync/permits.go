@@ -118,6 +118,9 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLock
 }
 
 func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (p *Permits, ok bool, err error) {
+	if n < 1 || n > maxPermitsPerCall {
+		return nil, false, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
+	}
 	end, open := s.p.c.begin() // Shutdown awaits the acquisition, and what it leaves to clean up
 	defer end()
 	if !open {
@@ -125,9 +128,6 @@ func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.
 	}
 	start := time.Now()
 	defer func() { s.p.c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
-	if n < 1 || n > maxPermitsPerCall {
-		return nil, false, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
-	}
 	c := s.p.c
 	ids := make([]string, n)
 	raw := make([]byte, 16*n)

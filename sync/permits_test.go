@@ -463,3 +463,35 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 		}
 	})
 }
+
+// A bad count of permits is refused before the acquisition begins, as a Semaphore's is: the
+// Observer hears of no acquisition, and a Client shutting down reports the bad argument,
+// not ErrClosed.
+func TestPermitAcquireRefusesABadCountFirst(t *testing.T) {
+	t.Parallel()
+	b := redistest.Miniredis(t)
+	ctx := testCtx(t, 5*time.Second)
+	ev := &events{}
+	c, _ := newClient(t, b.Addr, WithObserver(ev, nil))
+	s := c.PermitSemaphore("permits-bad-count")
+	check := func(when string) {
+		t.Helper()
+		for name, err := range map[string]error{
+			"Acquire(0)":           func() error { _, err := s.Acquire(ctx, 0); return err }(),
+			"TryAcquire(4097)":     func() error { _, _, err := s.TryAcquire(ctx, maxPermitsPerCall+1); return err }(),
+			"Semaphore.Acquire(0)": c.Semaphore("sem-bad-count").Acquire(ctx, 0),
+		} {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%s %s: %v, want ErrInvalidArgument", name, when, err)
+			}
+		}
+	}
+	check("on an open Client")
+	c.stopAcquiring() // as Shutdown begins: no acquisition starts any more
+	check("on a Client shutting down")
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if len(ev.acquired) != 0 {
+		t.Errorf("the Observer heard %d acquisitions of a bad count: %+v", len(ev.acquired), ev.acquired)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"github.com/latchkey/latchkey/internal/names"
 	"github.com/latchkey/latchkey/lua"
 	"github.com/latchkey/latchkey/pubsub"
-	"github.com/redis/rueidis"
 )
 
 // CountDownLatch is a handle on a countdown latch, wire-compatible with Redisson's
@@ -61,7 +60,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
 	if n < 1 {
 		return false, invalid("count", "must be >= 1, got %d", n)
 	}
-	msg, err := l.request(ctx, func(r lua.LatchRequest) lua.Call { return r.Set(n) })
+	msg, err := l.p.request(ctx, l.request(func(r lua.LatchRequest) lua.Call { return r.Set(n) }))
 	return replied(err) && !msg.IsNil(), err
 }
 
@@ -71,10 +70,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
 // wrapping ErrOutcomeUnknown means it may or may not have counted yet, and the Client
 // repeats it in the background until Redis answers (so do not call CountDown again for it).
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
-	if err := l.p.check(ctx); err != nil {
-		return err
-	}
-	_, err := l.request(context.WithoutCancel(ctx), lua.LatchRequest.CountDown)
+	_, err := l.p.release(ctx, l.request(lua.LatchRequest.CountDown))
 	return err
 }
 
@@ -83,16 +79,16 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 // new count, which Java awaiters take as a reason to keep waiting; latchkey's check the
 // count on it, and find none.)
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
-	msg, err := l.request(ctx, lua.LatchRequest.Delete)
+	msg, err := l.p.request(ctx, l.request(lua.LatchRequest.Delete))
 	return replied(err) && !msg.IsNil(), err
 }
 
-// request runs one of the latch's numbered requests, which call makes.
-func (l *CountDownLatch) request(ctx context.Context, call func(lua.LatchRequest) lua.Call) (rueidis.RedisMessage, error) {
+// request is one of the latch's numbered requests, which call makes.
+func (l *CountDownLatch) request(call func(lua.LatchRequest) lua.Call) func(lua.Numbered) lua.Request {
 	o := &l.p.owner
-	return l.p.request(ctx, func(num lua.Numbered) lua.Request {
+	return func(num lua.Numbered) lua.Request {
 		return call(lua.LatchRequest{CountDownLatch: o.name, Numbered: num, Publish: o.c.publishCmd, Channel: l.channel})
-	})
+	}
 }
 
 // Count returns the count now: 0 when the latch does not exist. It waits for Redis while ctx

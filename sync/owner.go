@@ -227,6 +227,16 @@ func (p *pool) request(ctx context.Context, req func(lua.Numbered) lua.Request) 
 	return p.run(ctx, req)
 }
 
+// release is request for a release, which runs, and is repeated within the retry budget,
+// even when ctx is already cancelled (a deferred release after the request ended still
+// releases); only a nil ctx, or the handle's other checks, refuse it.
+func (p *pool) release(ctx context.Context, req func(lua.Numbered) lua.Request) (rueidis.RedisMessage, error) {
+	if err := p.check(ctx); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	return p.run(context.WithoutCancel(ctx), req)
+}
+
 // run is request without the handle's checks, for a change that must reach Redis also
 // once the Client is closed (see Semaphore.handOn).
 func (p *pool) run(ctx context.Context, req func(lua.Numbered) lua.Request) (rueidis.RedisMessage, error) {

@@ -76,8 +76,8 @@ func (s *PermitSemaphore) SetPermits(ctx context.Context, n int) error {
 // AddPermits adds n available permits, or takes -n away when n is negative. n must be in
 // [-2³¹+1, 2³¹-1].
 func (s *PermitSemaphore) AddPermits(ctx context.Context, n int) error {
-	if n < -maxPermits || n > maxPermits {
-		return invalid("permits", "must be in [%d, %d], got %d", -maxPermits, maxPermits, n)
+	if err := checkPermits("permits", n, -maxPermits); err != nil {
+		return err
 	}
 	_, err := s.set(ctx, "add", n)
 	return err
@@ -118,16 +118,16 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context, n int, opts ...TryLock
 }
 
 func (s *PermitSemaphore) acquire(ctx context.Context, n int, lease, limit time.Duration) (p *Permits, ok bool, err error) {
+	if n < 1 || n > maxPermitsPerCall {
+		return nil, false, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
+	}
 	end, open := s.p.c.begin() // Shutdown awaits the acquisition, and what it leaves to clean up
 	defer end()
 	if !open {
 		return nil, false, s.p.wrap(ErrClosed)
 	}
-	start := s.p.c.obs.now()
+	start := time.Now()
 	defer func() { s.p.c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
-	if n < 1 || n > maxPermitsPerCall {
-		return nil, false, invalid("permits", "must be in [1, %d], got %d", maxPermitsPerCall, n)
-	}
 	c := s.p.c
 	ids := make([]string, n)
 	raw := make([]byte, 16*n)
@@ -223,10 +223,7 @@ func (s *PermitSemaphore) Release(ctx context.Context, ids ...string) error {
 // not known, the reply of a repeat).
 func (s *PermitSemaphore) release(ctx context.Context, ids []string) (int, error) {
 	o := &s.p.owner
-	if err := o.check(ctx); err != nil {
-		return 0, err
-	}
-	msg, err := s.p.request(context.WithoutCancel(ctx), func(num lua.Numbered) lua.Request {
+	msg, err := s.p.release(ctx, func(num lua.Numbered) lua.Request {
 		return lua.PermitRelease{PermitKeys: s.keys(), Numbered: num, NowMs: nowMs(), Publish: o.c.publishCmd, IDs: ids}
 	})
 	if !replied(err) {

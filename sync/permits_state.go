@@ -34,15 +34,15 @@ func (s *PermitSemaphore) UpdateLeaseTime(ctx context.Context, id string, lease 
 		return false, invalid("lease", "must be >= 1ms, got %v", lease)
 	}
 	expiry := strconv.FormatInt(time.Now().Add(lease).UnixMilli(), 10)
-	r := s.state(ctx, "update", id, expiry)
-	if !replied(r.err) {
-		return false, s.p.wrap(r.err)
+	msg, err := s.state(ctx, "update", id, expiry)
+	if !replied(err) {
+		return false, err
 	}
-	n, err := r.msg.AsInt64()
-	if err != nil {
-		return false, s.p.wrap(err)
+	n, perr := msg.AsInt64()
+	if perr != nil {
+		return false, s.p.wrap(perr)
 	}
-	return n == 1, s.p.wrap(r.err)
+	return n == 1, err
 }
 
 // LeaseTime returns how long the permit id has before its lease ends, NoExpiry for a permit
@@ -52,7 +52,10 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 	if err := checkPermitID(id); err != nil {
 		return 0, err
 	}
-	msg := s.state(ctx, "lease", id, "")
+	msg, err := s.state(ctx, "lease", id, "")
+	if err != nil {
+		return 0, err
+	}
 	if msg.IsNil() {
 		return 0, s.p.wrap(fmt.Errorf("%w: permit %s is not acquired", ErrNotHeld, id))
 	}
@@ -69,21 +72,26 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 // AvailablePermits returns the number of permits available now, after giving back expired
 // ones.
 func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "available", "", "").AsInt64()
-	return int(n), s.p.wrap(err)
+	return s.count(ctx, "available")
 }
 
 // AcquiredPermits returns the number of permits acquired now, after giving back expired
 // ones.
 func (s *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "acquired", "", "").AsInt64()
-	return int(n), s.p.wrap(err)
+	return s.count(ctx, "acquired")
 }
 
 // Permits returns the number of permits in all, available and acquired (0 when the
 // semaphore does not exist), after giving back expired ones.
-func (s *PermitSemaphore) Permits(ctx context.Context) (int, error) {
-	n, err := s.state(ctx, "permits", "", "").AsInt64()
+func (s *PermitSemaphore) Permits(ctx context.Context) (int, error) { return s.count(ctx, "permits") }
+
+// count reads one of the semaphore's counts: mode is "available", "acquired" or "permits".
+func (s *PermitSemaphore) count(ctx context.Context, mode string) (int, error) {
+	msg, err := s.state(ctx, mode, "", "")
+	if err != nil {
+		return 0, err
+	}
+	n, err := msg.AsInt64()
 	return int(n), s.p.wrap(err)
 }
 
@@ -91,32 +99,17 @@ func (s *PermitSemaphore) Permits(ctx context.Context) (int, error) {
 // takes them, repeated within the retry budget while its reply is
 // lost (it is safe to repeat): a read (every mode but "update") as Client.read does, waiting
 // for Redis while ctx lasts, and without a deadline for the retry budget at most. Its error
-// is in the message.
-func (s *PermitSemaphore) state(ctx context.Context, mode, id, expiry string) stateReply {
+// names the semaphore.
+func (s *PermitSemaphore) state(ctx context.Context, mode, id, expiry string) (rueidis.RedisMessage, error) {
 	o := &s.p.owner
 	if err := o.check(ctx); err != nil {
-		return stateReply{err: err}
+		return rueidis.RedisMessage{}, o.wrap(err)
 	}
 	// A read unless it updates: what a read gave back of expired permits needs no
 	// confirming.
 	msg, _, err := o.c.try(ctx, mode == "update", true, &scriptCall{o.c, lua.PermitState{Semaphore: o.name, Acquired: s.timeouts,
 		Channel: s.channel, Mode: mode, NowMs: nowMs(), Publish: o.c.publishCmd, ID: id, ExpiryMs: expiry}.Call()})
-	return stateReply{msg, err}
-}
-
-// stateReply is a reply and its error, read as one.
-type stateReply struct {
-	msg rueidis.RedisMessage
-	err error
-}
-
-func (r stateReply) IsNil() bool { return r.err == nil && r.msg.IsNil() }
-
-func (r stateReply) AsInt64() (int64, error) {
-	if r.err != nil {
-		return 0, r.err
-	}
-	return r.msg.AsInt64()
+	return msg, o.wrap(err)
 }
 
 // permitKeys are a batch of permit acquisitions' keys for lua.PermitRenew: each

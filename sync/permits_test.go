@@ -325,19 +325,32 @@ func TestPermitSemaphoreBadInput(t *testing.T) {
 	ctx := testCtx(t, 5*time.Second)
 	c, _ := newClient(t, b.Addr)
 	s := c.PermitSemaphore("permits-bad")
+	var nilCtx context.Context
+	const id = "00112233445566778899aabbccddeeff"
 	for name, err := range map[string]error{
-		"Acquire(0)":          func() error { _, err := s.Acquire(ctx, 0); return err }(),
-		"Acquire(4097)":       func() error { _, err := s.Acquire(ctx, 4097); return err }(),
-		"Acquire(Lease(0))":   func() error { _, err := s.Acquire(ctx, 1, Lease(0)); return err }(),
-		"TryAcquire(-wait)":   func() error { _, _, err := s.TryAcquire(ctx, 1, WaitTime(-1)); return err }(),
-		"Release()":           s.Release(ctx),
-		"Release(bad ID)":     s.Release(ctx, "xyz"),
-		"Release(short ID)":   s.Release(ctx, "0011"),
-		"UpdateLeaseTime(0)":  func() error { _, err := s.UpdateLeaseTime(ctx, "00112233445566778899aabbccddeeff", 0); return err }(),
-		"LeaseTime(bad ID)":   func() error { _, err := s.LeaseTime(ctx, "zz112233445566778899aabbccddeeff"); return err }(),
-		"SetPermits(-1)":      s.SetPermits(ctx, -1),
-		"TrySetPermits(2^31)": func() error { _, err := s.TrySetPermits(ctx, 1<<31); return err }(),
-		"empty name":          c.PermitSemaphore("").SetPermits(ctx, 1),
+		"Acquire(0)":                 func() error { _, err := s.Acquire(ctx, 0); return err }(),
+		"Acquire(4097)":              func() error { _, err := s.Acquire(ctx, 4097); return err }(),
+		"Acquire(Lease(0))":          func() error { _, err := s.Acquire(ctx, 1, Lease(0)); return err }(),
+		"TryAcquire(-wait)":          func() error { _, _, err := s.TryAcquire(ctx, 1, WaitTime(-1)); return err }(),
+		"Release()":                  s.Release(ctx),
+		"Release(bad ID)":            s.Release(ctx, "xyz"),
+		"Release(short ID)":          s.Release(ctx, "0011"),
+		"UpdateLeaseTime(0)":         func() error { _, err := s.UpdateLeaseTime(ctx, "00112233445566778899aabbccddeeff", 0); return err }(),
+		"LeaseTime(bad ID)":          func() error { _, err := s.LeaseTime(ctx, "zz112233445566778899aabbccddeeff"); return err }(),
+		"SetPermits(-1)":             s.SetPermits(ctx, -1),
+		"TrySetPermits(2^31)":        func() error { _, err := s.TrySetPermits(ctx, 1<<31); return err }(),
+		"empty name":                 c.PermitSemaphore("").SetPermits(ctx, 1),
+		"nil ctx (TrySetPermits)":    func() error { _, err := s.TrySetPermits(nilCtx, 1); return err }(),
+		"nil ctx (SetPermits)":       s.SetPermits(nilCtx, 1),
+		"nil ctx (AddPermits)":       s.AddPermits(nilCtx, 1),
+		"nil ctx (Acquire)":          func() error { _, err := s.Acquire(nilCtx, 1); return err }(),
+		"nil ctx (TryAcquire)":       func() error { _, _, err := s.TryAcquire(nilCtx, 1); return err }(),
+		"nil ctx (Release)":          s.Release(nilCtx, id),
+		"nil ctx (UpdateLeaseTime)":  func() error { _, err := s.UpdateLeaseTime(nilCtx, id, time.Second); return err }(),
+		"nil ctx (LeaseTime)":        func() error { _, err := s.LeaseTime(nilCtx, id); return err }(),
+		"nil ctx (AvailablePermits)": func() error { _, err := s.AvailablePermits(nilCtx); return err }(),
+		"nil ctx (AcquiredPermits)":  func() error { _, err := s.AcquiredPermits(nilCtx); return err }(),
+		"nil ctx (Permits)":          func() error { _, err := s.Permits(nilCtx); return err }(),
 	} {
 		if !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
@@ -449,4 +462,36 @@ func TestPermitWaiterBecomingFirstSeesShortLease(t *testing.T) {
 			t.Fatalf("B not served 10 s after A's %v permit expired (waits for its 30 s timer)", lease)
 		}
 	})
+}
+
+// A bad count of permits is refused before the acquisition begins, as a Semaphore's is: the
+// Observer hears of no acquisition, and a Client shutting down reports the bad argument,
+// not ErrClosed.
+func TestPermitAcquireRefusesABadCountFirst(t *testing.T) {
+	t.Parallel()
+	b := redistest.Miniredis(t)
+	ctx := testCtx(t, 5*time.Second)
+	ev := &events{}
+	c, _ := newClient(t, b.Addr, WithObserver(ev, nil))
+	s := c.PermitSemaphore("permits-bad-count")
+	check := func(when string) {
+		t.Helper()
+		for name, err := range map[string]error{
+			"Acquire(0)":           func() error { _, err := s.Acquire(ctx, 0); return err }(),
+			"TryAcquire(4097)":     func() error { _, _, err := s.TryAcquire(ctx, maxPermitsPerCall+1); return err }(),
+			"Semaphore.Acquire(0)": c.Semaphore("sem-bad-count").Acquire(ctx, 0),
+		} {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%s %s: %v, want ErrInvalidArgument", name, when, err)
+			}
+		}
+	}
+	check("on an open Client")
+	c.stopAcquiring() // as Shutdown begins: no acquisition starts any more
+	check("on a Client shutting down")
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if len(ev.acquired) != 0 {
+		t.Errorf("the Observer heard %d acquisitions of a bad count: %+v", len(ev.acquired), ev.acquired)
+	}
 }

@@ -116,10 +116,11 @@ func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisM
 // zero: acquisitions then wait until releases bring it back above). n must be in
 // [-2³¹+1, 2³¹-1].
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
-	if n < -maxPermits || n > maxPermits {
-		return invalid("permits", "must be in [%d, %d], got %d", -maxPermits, maxPermits, n)
+	if err := checkPermits("permits", n, -maxPermits); err != nil {
+		return err
 	}
-	return s.add(ctx, n)
+	_, err := s.p.release(ctx, s.release(n))
+	return err
 }
 
 // Release gives n permits back and wakes waiters. When it returns nil the permits were
@@ -137,11 +138,6 @@ func (s *Semaphore) Release(ctx context.Context, n int) error {
 	}
 	local, err := s.handOn(ctx, n)
 	s.p.c.obs.released(s.p.what, s.p.name, n, time.Time{}, local, err)
-	return err
-}
-
-func (s *Semaphore) add(ctx context.Context, n int) error {
-	_, err := s.p.request(context.WithoutCancel(ctx), s.release(n))
 	return err
 }
 

@@ -21,7 +21,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, limit time.Duration) (ok
 		return false, s.p.wrap(ErrClosed)
 	}
 	c := s.p.c
-	start := c.obs.now()
+	start := time.Now()
 	defer func() { c.obs.acquired(ctx, s.p.what, s.p.name, n, start, ok, err) }()
 	var h *permitsHeir
 	if limit != 0 && c.maxHandoff > 0 {

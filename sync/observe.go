@@ -111,15 +111,6 @@ func (ob *observing) subject(kind, name string) Subject {
 	return Subject{Kind: kind, Class: ob.classify(name)}
 }
 
-// now is the time an acquisition begins, for acquired: read only when there is an Observer
-// to tell.
-func (ob *observing) now() time.Time {
-	if ob == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
 // acquired tells of an acquisition of what called name for ctx, begun at start, that ended
 // so.
 func (ob *observing) acquired(ctx context.Context, what, name string, permits int, start time.Time, taken bool, err error) {

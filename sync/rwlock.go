@@ -186,7 +186,7 @@ func (l *RWLock) acquire(ctx context.Context, write bool, lease, limit time.Dura
 	if !open {
 		return false, l.r.wrap(ErrClosed)
 	}
-	start := l.r.c.obs.now()
+	start := time.Now()
 	defer func() { l.r.c.obs.acquired(ctx, l.r.what, l.r.name, 1, start, ok, err) }()
 	p, held := l.borrow(), &l.reads
 	o := &p.r

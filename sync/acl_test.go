@@ -117,7 +117,7 @@ var aclRuns = map[string]func(t *testing.T, ctx context.Context, c1, c2 *Client,
 		must(t, l.RLock(ctx))
 		w := c2.RWLock(n)
 		got := holdAsync(ctx, w)
-		eventually(t, 10*time.Second, "the writer waiting, subscribed", func() bool { return subscribedWaiters(c2, w.channel) == 1 })
+		eventually(t, 10*time.Second, "the writer waiting, subscribed", func() bool { return subscribedWaiters(c2, rwChannel(n)) == 1 })
 		must(t, l.RUnlock(ctx))
 		must(t, <-got)
 	},

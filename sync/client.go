@@ -79,13 +79,12 @@ type Client struct {
 	lockHeirs   lockHeirs   // local waiters a release may hand its lock to
 	permitHeirs permitHeirs // local waiters a Semaphore's Release may hand its permits to
 
-	lockOwners  lender[*holder]         // idle owners of lock handles (see lender)
+	lockOwners  lender                  // idle owners of lock handles (see lender)
 	holders     registry[*holder]       // owners holding something (see Shutdown)
 	permitsHeld registry[*Permits]      // PermitSemaphore acquisitions not yet released
 	underway    registry[chan struct{}] // acquisitions and background clean-ups under way (see begin)
 	shut        chan struct{}           // closed when Shutdown or Close begins: no more acquisitions
 	shutOnce    gosync.Once
-	rwOwners    lender[*rwPair] // idle owner pairs of read-write lock handles
 
 	// lockToken registers this Client's waiters of plain locks and names the channel they
 	// listen on (see lib.lua).
@@ -208,7 +207,6 @@ func (c *Client) Close() error {
 		c.stopAcquiring()
 		close(c.closed)
 		c.lockOwners.close()
-		c.rwOwners.close()
 		c.wd.Close()
 		c.mux.Close()
 		c.janitor.close()

@@ -12,20 +12,23 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// exclusive is what Lock, FairLock and FencedLock share: one method set, whose scripts and
-// waiting follow the handle's variant.
+// exclusive is what Lock, FairLock, FencedLock and each side of an RWLock share: one method
+// set, whose scripts and waiting follow the handle's variant. (A read side's holds do not
+// exclude each other: its held is not exclusive.)
 type exclusive struct {
 	// o names the handle and checks its calls; made Reentrant, it is the handle's one owner.
 	o         holder
 	reentrant bool
 	key       string         // the Client's idle owners of this handle's kind and name (see lender)
-	held      holds[*holder] // a mutex handle's holds
+	side      string         // what its owners' IDs end with: ":write" for a read-write lock's writer
+	kind      *watchdog.Kind // how its holds' leases are renewed
+	held      holds          // a mutex handle's holds
 	v         variant
 }
 
-// A variant is what a kind of exclusive lock does its own way: its scripts, how its waiters
-// wait, are woken and leave. Lock's is plainLock, FairLock's fairLock, FencedLock's
-// fencedLock, each in its type's file.
+// A variant is what a kind of lock does its own way: its scripts, how its waiters wait, are
+// woken and leave. Lock's and FencedLock's is plainLock (lock.go), FairLock's fairLock
+// (fair.go), an RWLock's readSide and writeSide (rwlock_sides.go).
 type variant interface {
 	// wakeCh is the channel o's waits listen on.
 	wakeCh(o *holder) string
@@ -36,9 +39,9 @@ type variant interface {
 	request(o *holder, leaseMs string, a *lockAttempt) lua.Acquire
 	// replied is what the wait of a (nil: a single attempt) makes of an attempt's outcome.
 	replied(o *holder, a *lockAttempt, ttl int64, ok bool, err error) (int64, bool, error)
-	// left withdraws o's claim after its wait ended without the lock, awaited until until at
-	// most.
-	left(ctx context.Context, o *holder, until time.Time)
+	// left withdraws o's claim after the wait of a ended without the lock, awaited until
+	// until at most.
+	left(ctx context.Context, o *holder, a *lockAttempt, until time.Time)
 	// release is o's numbered release of one of holds it has in Redis (see owner.releaser).
 	release(o *holder, holds int, num lua.Numbered) lua.Request
 	// unlock releases one hold of o's (see Lock.Unlock).
@@ -52,14 +55,17 @@ func releaseOne(ctx context.Context, o *holder, v variant) error {
 	return o.release(ctx, func(_ bool, num lua.Numbered) (lua.Request, *lockHeir) { return v.release(o, o.count, num), nil })
 }
 
-func (l *exclusive) init(c *Client, name, what string, v variant, opts []HandleOption) {
+// init makes l a handle of c on the what called name, whose holds are leased as kind and
+// whose owners' IDs end with side.
+func (l *exclusive) init(c *Client, name, what, side string, kind *watchdog.Kind, v variant, opts []HandleOption) {
 	cfg, err := handleOptions(opts)
-	l.o.init(c, name, what, c.lockKind)
+	l.reentrant, l.key, l.side, l.kind, l.v = cfg.reentrant, what+side+":"+name, side, kind, v
+	l.held.exclusive = true
+	l.o.init(c, name, what, kind)
+	l.o.id += side
 	if l.o.err == nil {
 		l.o.err = err
 	}
-	l.reentrant, l.key, l.v = cfg.reentrant, what+":"+name, v
-	l.held.exclusive = true
 	l.o.releaser = l.releaser(&l.o)
 }
 
@@ -79,7 +85,8 @@ func (l *exclusive) borrow() *holder {
 		return o
 	}
 	o := &holder{}
-	o.init(c, l.o.name, l.o.what, c.lockKind)
+	o.init(c, l.o.name, l.o.what, l.kind)
+	o.id += l.side
 	o.releaser = l.releaser(o)
 	return o
 }
@@ -109,7 +116,7 @@ func (l *exclusive) Name() string { return l.o.name }
 
 // overlapped is the error of a release of h: err, or, for a hold another hold of the handle
 // overlapped, ErrLockLost — one of them was lost, and the handle cannot tell whose.
-func overlapped[T comparable](err error, h hold[T], o *holder) error {
+func overlapped(err error, h hold, o *holder) error {
 	if err != nil || !h.overlapped {
 		return err
 	}
@@ -233,7 +240,7 @@ func (l *exclusive) wait(ctx context.Context, a *lockAttempt, limit time.Duratio
 		// lock and woke the next — what a leave would do, at the cost of a third WAIT.
 		o.c.mux.Wake(w.channel)
 	default:
-		l.v.left(ctx, o, o.c.leaveBy(ctx, err))
+		l.v.left(ctx, o, a, o.c.leaveBy(ctx, err))
 	}
 	return ok, err
 }
@@ -247,6 +254,8 @@ type lockAttempt struct {
 	leaseMs string
 	// a plain lock's: its latest attempt registered the Client, which has others waiting
 	registered, others bool
+	// a read-write lock writer's: its wait is counted (see writeSide)
+	counted bool
 	// out.Listener: a plain lock's Client is the listener (see listen);
 	// out.Token: a fenced lock's token, once taken.
 	out  lua.Acquired

@@ -39,7 +39,7 @@ type FairLock struct{ exclusive }
 // makes no network call; an empty name or a bad option is reported by the handle's methods.
 func (c *Client) FairLock(name string, opts ...HandleOption) *FairLock {
 	l := &FairLock{}
-	l.init(c, name, "fair lock", &fairLock{
+	l.init(c, name, "fair lock", "", c.lockKind, &fairLock{
 		channel:  names.Prefix(lockChannelPrefix, name),
 		queue:    names.Prefix("redisson_lock_queue", name),
 		timeouts: names.Prefix("redisson_lock_timeout", name),
@@ -93,7 +93,7 @@ func (f *fairLock) forceRelease(o *holder) lua.Request {
 // of the owner's (a Reentrant handle's goroutines share it) still waits in that place: the
 // channel is the owner's, and the ended wait has left it. (A sibling yet to subscribe
 // queues again, at the tail, at the attempt its subscription's confirmation makes.)
-func (f *fairLock) left(ctx context.Context, o *holder, until time.Time) {
+func (f *fairLock) left(ctx context.Context, o *holder, _ *lockAttempt, until time.Time) {
 	if o.c.mux.Waiters(f.wakeCh(o)) > 0 {
 		return
 	}

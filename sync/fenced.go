@@ -31,7 +31,7 @@ type FencedLock struct{ exclusive }
 func (c *Client) FencedLock(name string, opts ...HandleOption) *FencedLock {
 	l := &FencedLock{}
 	p := newPlainLock(c, name, names.Prefix("redisson_lock_token", name))
-	l.init(c, name, "fenced lock", &p, opts)
+	l.init(c, name, "fenced lock", "", c.lockKind, &p, opts)
 	return l
 }
 

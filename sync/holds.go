@@ -7,8 +7,8 @@ import (
 	"github.com/latchkey/latchkey/watchdog"
 )
 
-// holds are the holds a mutex handle's acquisitions took, each through an owner of its own
-// (T: an *holder, or a read-write lock's *rwPair), with its lease. Goroutines sharing a
+// holds are the holds a mutex handle's acquisitions took, each through an owner of its own,
+// with its lease. Goroutines sharing a
 // handle do not tell it who they are, so a release ends the hold that is next (next): for
 // holds that exclude each other, the oldest, as each Unlock of a sync.Mutex ends the Lock
 // before it; for read holds, one already lost, else the one whose lease ends first, so that
@@ -17,25 +17,25 @@ import (
 // Exclusive holds overlap only when an earlier one's lease was lost (the lock went to the
 // next): both are then marked, since the handle cannot tell which goroutine's was lost, and
 // the release of either reports the loss.
-type holds[T comparable] struct {
+type holds struct {
 	mu        gosync.Mutex
 	exclusive bool
-	list      []hold[T]
+	list      []hold
 	last      *watchdog.Lease // the newest hold's lease, kept once it ends: what Lost reports on
 }
 
 // A hold is one acquisition's owner and lease.
-type hold[T comparable] struct {
-	o          T
+type hold struct {
+	o          *holder
 	lease      *watchdog.Lease
 	overlapped bool // another hold of the handle began while it was held: one of them was lost
 }
 
 // push records a hold taken as o, whose lease is lease.
-func (h *holds[T]) push(o T, lease *watchdog.Lease) {
+func (h *holds) push(o *holder, lease *watchdog.Lease) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := hold[T]{o: o, lease: lease}
+	n := hold{o: o, lease: lease}
 	if h.exclusive && len(h.list) > 0 {
 		n.overlapped = true
 		for i := range h.list {
@@ -47,7 +47,7 @@ func (h *holds[T]) push(o T, lease *watchdog.Lease) {
 }
 
 // next returns the index of the hold a release ends, or -1. Caller holds mu.
-func (h *holds[T]) next() int {
+func (h *holds) next() int {
 	if len(h.list) == 0 {
 		return -1
 	}
@@ -71,18 +71,18 @@ func (h *holds[T]) next() int {
 }
 
 // pop takes the next hold out (see next), or reports that there is none.
-func (h *holds[T]) pop() (hold[T], bool) { return h.take(true) }
+func (h *holds) pop() (hold, bool) { return h.take(true) }
 
 // peek returns the hold a release would end, or reports that there is none.
-func (h *holds[T]) peek() (hold[T], bool) { return h.take(false) }
+func (h *holds) peek() (hold, bool) { return h.take(false) }
 
 // take returns the next hold, taking it out if out is true.
-func (h *holds[T]) take(out bool) (hold[T], bool) {
+func (h *holds) take(out bool) (hold, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	i := h.next()
 	if i < 0 {
-		return hold[T]{}, false
+		return hold{}, false
 	}
 	x := h.list[i]
 	if out {
@@ -92,14 +92,14 @@ func (h *holds[T]) take(out bool) (hold[T], bool) {
 }
 
 // unpop puts back, as the next, a hold whose release Redis refused: it is still held.
-func (h *holds[T]) unpop(x hold[T]) {
+func (h *holds) unpop(x hold) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.list = append([]hold[T]{x}, h.list...)
+	h.list = append([]hold{x}, h.list...)
 }
 
 // valid reports whether the handle holds something and every hold of its is live.
-func (h *holds[T]) valid() bool {
+func (h *holds) valid() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, x := range h.list {
@@ -112,7 +112,7 @@ func (h *holds[T]) valid() bool {
 
 // lost is the Lost channel of the hold a release would end, or of the newest hold once they
 // all ended: nil, which never closes, before the first.
-func (h *holds[T]) lost() <-chan struct{} {
+func (h *holds) lost() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if i := h.next(); i >= 0 {

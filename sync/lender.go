@@ -14,44 +14,43 @@ import (
 // Redis no more than a reused one.
 const ownerLinger = 30 * time.Second
 
-// A lender keeps a Client's idle owners (T: *owner, or a read-write lock's pair), by handle
-// kind and name, for the handles that take each hold through an owner of its own: every lock
-// handle not made Reentrant. An owner is lent to one acquisition at a time and comes back
-// when it holds nothing and has no request of unknown outcome. Names not used for a linger
-// period are dropped, and their owners' latches deleted once collected (see janitor).
-type lender[T any] struct {
+// A lender keeps a Client's idle owners of lock handles, by handle kind and name, for the
+// handles that take each hold through an owner of its own: every lock handle not made
+// Reentrant. An owner is lent to one acquisition at a time and comes back when it holds
+// nothing and has no request of unknown outcome. Names not used for a linger period are
+// dropped, and their owners' latches deleted once collected (see janitor).
+type lender struct {
 	mu     gosync.Mutex
-	idle   map[string][]T
+	idle   map[string][]*holder
 	used   map[string]bool // lent or returned since the last sweep
 	timer  *time.Timer     // the next sweep, while anything is idle
 	closed bool            // owners returned from now on are dropped
 }
 
 // take returns an idle owner of key, the one returned last, or false if there is none.
-func (l *lender[T]) take(key string) (T, bool) {
+func (l *lender) take(key string) (*holder, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var none T
 	os := l.idle[key]
 	if len(os) == 0 {
-		return none, false
+		return nil, false
 	}
 	o := os[len(os)-1]
-	os[len(os)-1] = none
+	os[len(os)-1] = nil
 	l.idle[key] = os[:len(os)-1]
 	l.used[key] = true
 	return o, true
 }
 
 // put returns an idle owner of key.
-func (l *lender[T]) put(key string, o T) {
+func (l *lender) put(key string, o *holder) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return
 	}
 	if l.idle == nil {
-		l.idle, l.used = make(map[string][]T), make(map[string]bool)
+		l.idle, l.used = make(map[string][]*holder), make(map[string]bool)
 	}
 	l.idle[key] = append(l.idle[key], o)
 	l.used[key] = true
@@ -61,7 +60,7 @@ func (l *lender[T]) put(key string, o T) {
 }
 
 // sweep drops the owners of names neither lent nor returned since the previous sweep.
-func (l *lender[T]) sweep() {
+func (l *lender) sweep() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for key := range l.idle {
@@ -78,7 +77,7 @@ func (l *lender[T]) sweep() {
 }
 
 // close drops every idle owner and stops the sweeps.
-func (l *lender[T]) close() {
+func (l *lender) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.timer != nil {

@@ -48,7 +48,7 @@ type Lock struct{ exclusive }
 func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 	l := &Lock{}
 	p := newPlainLock(c, name, "")
-	l.init(c, name, "lock", &p, opts)
+	l.init(c, name, "lock", "", c.lockKind, &p, opts)
 	return l
 }
 
@@ -59,7 +59,9 @@ func (c *Client) Lock(name string, opts ...HandleOption) *Lock {
 // Client, the listener, also hears the lock's Redisson channel for the others.
 type plainLock struct {
 	waitingClients
-	token string // a FencedLock's token counter: every acquisition takes a token, and no release hands the lock on
+	// token is a FencedLock's token counter: every acquisition takes a token, and no release
+	// hands the lock on (each holder must take a token of its own).
+	token string
 }
 
 func newPlainLock(c *Client, name, token string) plainLock {
@@ -158,7 +160,9 @@ func (p *plainLock) forceRelease(o *holder) lua.Request {
 // left is waitLeft, after a wait that ended without the lock (also when Close ended it: the
 // rueidis client is still open then, as Close's doc asks, and a registration left behind
 // would take a wake from others). No release gives the lock to a waiter that left.
-func (p *plainLock) left(ctx context.Context, o *holder, until time.Time) { p.waitLeft(ctx, o, until) }
+func (p *plainLock) left(ctx context.Context, o *holder, _ *lockAttempt, until time.Time) {
+	p.waitLeft(ctx, o, until)
+}
 
 // waitLeft keeps the Client's registration in step with its waiters after a wait ended
 // without the lock, or after a release that registered the Client for waiters that have

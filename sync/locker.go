@@ -18,7 +18,7 @@ type Locker interface {
 }
 
 func (l *exclusive) where() string { return l.o.where() }
-func (l *RWLock) where() string    { return l.r.where() }
+func (l *RWLock) where() string    { return l.write.where() }
 
 // where is the owner's name on its Client ("" for a zero value, whose calls report it).
 func (o *owner) where() string {
@@ -27,4 +27,3 @@ func (o *owner) where() string {
 	}
 	return o.c.id + " " + o.name
 }
-func (r rwReader) where() string { return r.l.where() }

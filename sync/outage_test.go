@@ -109,7 +109,7 @@ func outageCases() []outageCase {
 				must(t, other.RWLock(name).Lock(ctx, Lease(time.Minute)))
 			}
 			l := c.RWLock(name)
-			return func(ctx context.Context) error { return lock(l, ctx) }, l.channel
+			return func(ctx context.Context) error { return lock(l, ctx) }, rwChannel(name)
 		}
 	}
 	heldMulti := func(lock func(m *Multi, ctx context.Context) error) func(*testing.T, context.Context, *Client, *Client, string) (func(context.Context) error, string) {

@@ -766,7 +766,7 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 			if rwChannel("rw:layout") != "redisson_rwlock:{rw:layout}" || rwChannel("{app}:rw") != "redisson_rwlock:{app}:rw" {
 				t.Fatalf("channels %q, %q", rwChannel("rw:layout"), rwChannel("{app}:rw"))
 			}
-			if got := c.RWLock("rw:layout", Reentrant()).channel; got != "redisson_rwlock:{rw:layout}" {
+			if got := c.RWLock("rw:layout", Reentrant()).write.v.wakeCh(nil); got != "redisson_rwlock:{rw:layout}" {
 				t.Fatalf("the handle's channel %q", got)
 			}
 		})

@@ -19,7 +19,7 @@ type exclusive struct {
 	// o names the handle and checks its calls; made Reentrant, it is the handle's one owner.
 	o         holder
 	reentrant bool
-	key       string         // the Client's idle owners of this handle's kind and name (see lender)
+	key       ownerKey       // the Client's idle owners of this handle's kind and name (see lender)
 	side      string         // what its owners' IDs end with: ":write" for a read-write lock's writer
 	kind      *watchdog.Kind // how its holds' leases are renewed
 	held      holds          // a mutex handle's holds
@@ -59,7 +59,7 @@ func releaseOne(ctx context.Context, o *holder, v variant) error {
 // whose owners' IDs end with side.
 func (l *exclusive) init(c *Client, name, what, side string, kind *watchdog.Kind, v variant, opts []HandleOption) {
 	cfg, err := handleOptions(opts)
-	l.reentrant, l.key, l.side, l.kind, l.v = cfg.reentrant, what+side+":"+name, side, kind, v
+	l.reentrant, l.key, l.side, l.kind, l.v = cfg.reentrant, ownerKey{what + side, name}, side, kind, v
 	l.held.exclusive = true
 	l.o.init(c, name, what, kind)
 	l.o.id += side

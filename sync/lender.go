@@ -21,14 +21,17 @@ const ownerLinger = 30 * time.Second
 // dropped, and their owners' latches deleted once collected (see janitor).
 type lender struct {
 	mu     gosync.Mutex
-	idle   map[string][]*holder
-	used   map[string]bool // lent or returned since the last sweep
-	timer  *time.Timer     // the next sweep, while anything is idle
-	closed bool            // owners returned from now on are dropped
+	idle   map[ownerKey][]*holder
+	used   map[ownerKey]bool // lent or returned since the last sweep
+	timer  *time.Timer       // the next sweep, while anything is idle
+	closed bool              // owners returned from now on are dropped
 }
 
+// An ownerKey is the kind of handle (its what, and side) and the name an idle owner serves.
+type ownerKey struct{ kind, name string }
+
 // take returns an idle owner of key, the one returned last, or false if there is none.
-func (l *lender) take(key string) (*holder, bool) {
+func (l *lender) take(key ownerKey) (*holder, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	os := l.idle[key]
@@ -43,14 +46,14 @@ func (l *lender) take(key string) (*holder, bool) {
 }
 
 // put returns an idle owner of key.
-func (l *lender) put(key string, o *holder) {
+func (l *lender) put(key ownerKey, o *holder) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return
 	}
 	if l.idle == nil {
-		l.idle, l.used = make(map[string][]*holder), make(map[string]bool)
+		l.idle, l.used = make(map[ownerKey][]*holder), make(map[ownerKey]bool)
 	}
 	l.idle[key] = append(l.idle[key], o)
 	l.used[key] = true

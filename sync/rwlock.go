@@ -169,8 +169,20 @@ func (l *RWLock) Reader() Locker {
 	if l == nil {
 		return nil
 	}
-	return &l.read
+	return rwReader{&l.read}
 }
+
+// rwReader is an RWLock's read side as a Locker, and nothing more.
+type rwReader struct{ l *exclusive }
+
+func (r rwReader) TryLock(ctx context.Context, opts ...TryLockOption) (bool, error) {
+	return r.l.TryLock(ctx, opts...)
+}
+
+func (r rwReader) Unlock(ctx context.Context) error { return r.l.Unlock(ctx) }
+func (r rwReader) Valid() bool                      { return r.l.Valid() }
+func (r rwReader) Name() string                     { return r.l.Name() }
+func (r rwReader) where() string                    { return r.l.where() }
 
 // HoldContext returns a copy of parent cancelled when the handle's write hold ends, as
 // Lock.HoldContext does; RHoldContext does the same for a read hold. On a handle shared by

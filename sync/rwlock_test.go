@@ -863,6 +863,29 @@ func TestRWLockRedissonWireCompatibility(t *testing.T) {
 	})
 }
 
+// A Client's idle owners serve only handles of their own side and name: a reader of a lock
+// whose name is another's writer side spelt out never takes that writer's owner, and with
+// it a hold on the other lock.
+func TestRWLockOwnersOfOtherNamesNeverMix(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, rdb := newClient(t, b.Addr)
+		w := c.RWLock("rw-mix")
+		must(t, w.Lock(ctx))
+		must(t, w.Unlock(ctx)) // its writer's owner goes idle
+		r := c.RWLock("write:rw-mix")
+		must(t, r.RLock(ctx))
+		if h := rwHash(t, rdb, "rw-mix"); len(h) != 0 {
+			t.Errorf("RLock of %q wrote the hash rw-mix: %v", "write:rw-mix", h)
+		}
+		if h := rwHash(t, rdb, "write:rw-mix"); len(h) == 0 {
+			t.Errorf("RLock of %q took no hold on it", "write:rw-mix")
+		}
+		must(t, r.RUnlock(ctx))
+	})
+}
+
 // Bad arguments are refused before Redis is touched, with an error naming the argument.
 func TestRWLockInvalidArguments(t *testing.T) {
 	t.Parallel()
@@ -871,6 +894,7 @@ func TestRWLockInvalidArguments(t *testing.T) {
 		ctx := context.Background()
 		var nilCtx context.Context
 		empty, rw := c.RWLock("", Reentrant()), c.RWLock("rw:args", Reentrant())
+		badOption := c.RWLock("rw:args", nil)
 		cases := []struct {
 			arg string
 			err error
@@ -886,6 +910,9 @@ func TestRWLockInvalidArguments(t *testing.T) {
 			{"option", second(rw.TryRLock(ctx, nil))},
 			{"option", rw.Lock(ctx, nil)},
 			{"option", second(rw.TryLock(ctx, WaitTime(time.Second), nil))},
+			{"option", badOption.RLock(ctx)},
+			{"option", badOption.Lock(ctx)},
+			{"option", second(badOption.TryLock(ctx))},
 			{"wait time", second(rw.TryRLock(ctx, WaitTime(-1)))},
 			{"wait time", second(rw.TryLock(ctx, WaitTime(-time.Second)))},
 			{"lease", rw.RLock(ctx, Lease(time.Microsecond))},

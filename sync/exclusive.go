@@ -23,6 +23,7 @@ type exclusive struct {
 	side      string         // what its owners' IDs end with: ":write" for a read-write lock's writer
 	kind      *watchdog.Kind // how its holds' leases are renewed
 	held      holds          // a mutex handle's holds
+	nothing   string         // what an Unlock of a mutex handle that holds nothing says
 	v         variant
 }
 
@@ -60,7 +61,7 @@ func releaseOne(ctx context.Context, o *holder, v variant) error {
 func (l *exclusive) init(c *Client, name, what, side string, kind *watchdog.Kind, v variant, opts []HandleOption) {
 	cfg, err := handleOptions(opts)
 	l.reentrant, l.key, l.side, l.kind, l.v = cfg.reentrant, ownerKey{what + side, name}, side, kind, v
-	l.held.exclusive = true
+	l.held.exclusive, l.nothing = true, "the handle holds nothing"
 	l.o.init(c, name, what, kind)
 	l.o.id += side
 	if l.o.err == nil {
@@ -91,11 +92,11 @@ func (l *exclusive) borrow() *holder {
 	return o
 }
 
-// returnOwner returns a borrowed owner to the Client's idle owners once it holds nothing;
-// kept, if not nil, is called if it still holds (see Client.returnOwner).
-func (l *exclusive) returnOwner(o *holder, kept func()) {
+// returnOwner returns a borrowed owner to the Client's idle owners once it holds nothing
+// (see Client.returnOwner).
+func (l *exclusive) returnOwner(o *holder) {
 	c := l.o.c
-	c.returnOwner(o, func() { c.lockOwners.put(l.key, o) }, kept)
+	c.returnOwner(o, func() { c.lockOwners.put(l.key, o) })
 }
 
 // current is the owner and lease of the hold the next Unlock ends: a Reentrant handle's own
@@ -125,8 +126,9 @@ func overlapped(err error, h hold, o *holder) error {
 	return o.lostErr(reason)
 }
 
-// Owner returns the owner ID, "<client UUID>:<n>", that the handle's newest hold is the hash
-// field of ("" when the handle holds nothing); a Reentrant handle's is always its one owner.
+// Owner returns the owner ID, "<client UUID>:<n>", that the hold the next Unlock ends is the
+// hash field of ("" when the handle holds nothing); a Reentrant handle's is always its one
+// owner.
 func (l *exclusive) Owner() string {
 	if o, _ := l.current(); o != nil {
 		return o.id
@@ -212,7 +214,7 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	case ok:
 		l.held.push(o, o.lease.Load())
 	default:
-		l.returnOwner(o, nil)
+		l.returnOwner(o)
 	}
 	return ok, err
 }
@@ -300,10 +302,16 @@ func (l *exclusive) Unlock(ctx context.Context) error {
 	}
 	h, ok := l.held.pop()
 	if !ok {
-		return l.o.wrap(fmt.Errorf("%w: the handle holds nothing", ErrNotHeld))
+		return l.o.wrap(fmt.Errorf("%w: %s", ErrNotHeld, l.nothing))
 	}
 	err := l.v.unlock(ctx, h.o)
-	l.returnOwner(h.o, func() { l.held.unpop(h) }) // kept: Redis refused the release
+	if h.o.holding.Load() {
+		// Redis refused the release: the hold is still the handle's, at once (a repeat of
+		// the Unlock must find it), also when another call of the handle has the owner now.
+		l.held.unpop(h)
+	} else {
+		l.returnOwner(h.o)
+	}
 	return overlapped(err, h, &l.o)
 }
 

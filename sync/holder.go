@@ -22,6 +22,7 @@ type holder struct {
 	releaser func(holds int, num lua.Numbered) lua.Request
 	unsure   bool          // an acquire's outcome is unknown: Redis may count a hold the owner does not
 	count    int           // holds as last known
+	holding  atomic.Bool   // count > 0, for a reader without op (see exclusive.Unlock)
 	leaseD   time.Duration // the latest hold's explicit lease; 0: kept by the watchdog
 	run      int           // consecutive local hand-offs that led to the current hold
 	since    time.Time     // when the current hold was taken (its first, of nested ones)

@@ -8,8 +8,8 @@ import (
 )
 
 // holds are the holds a mutex handle's acquisitions took, each through an owner of its own,
-// with its lease. Goroutines sharing a
-// handle do not tell it who they are, so a release ends the hold that is next (next): for
+// with its lease. Goroutines sharing a handle do not tell it who they are, so a release
+// ends the hold that is next (next): for
 // holds that exclude each other, the oldest, as each Unlock of a sync.Mutex ends the Lock
 // before it; for read holds, one already lost, else the one whose lease ends first, so that
 // the holds left cover at least as long as before.

@@ -90,27 +90,26 @@ func (l *lender) close() {
 	l.idle, l.used, l.closed = nil, nil, true
 }
 
-// returnOwner returns o, which no call is using, to its lender through put once it holds
-// nothing — at once, or, when a request of its is of unknown outcome, once that is settled in
-// the background (see settleLater). An owner that still holds (a refused release) is not
-// returned: kept, if not nil, is called instead. One whose acquire's outcome is unknown is
-// returned: its next acquisition adopts the hold Redis may count, or the hold lapses with its
-// lease. When another user of the owner's op has it (a waiter's claim withdrawn, a late reply
-// read, a concurrent HoldCount), the owner is returned once that is done, and the caller not
-// kept.
-func (c *Client) returnOwner(o *holder, put, kept func()) {
+// returnOwner returns o, whose acquisition or release is done, to its lender through put once
+// it holds nothing — at once, or, when a request of its is of unknown outcome, once that is
+// settled in the background (see settleLater). An owner that still holds (a refused release)
+// is not returned. One whose acquire's outcome is unknown is: its next acquisition adopts the
+// hold Redis may count, or the hold lapses with its lease. When another user of the owner's
+// op has it (a waiter's claim withdrawn, a late reply read, a concurrent HoldCount), the owner
+// is returned once that is done, and the caller not kept.
+func (c *Client) returnOwner(o *holder, put func()) {
 	if !o.tryLock() {
 		c.background(func() {
 			_ = o.lock(context.Background())
-			c.returnLocked(o, put, kept)
+			c.returnLocked(o, put)
 		})
 		return
 	}
-	c.returnLocked(o, put, kept)
+	c.returnLocked(o, put)
 }
 
 // returnLocked is returnOwner with o's op held, which it gives back.
-func (c *Client) returnLocked(o *holder, put, kept func()) {
+func (c *Client) returnLocked(o *holder, put func()) {
 	holds, unsettled := o.count, o.unsettled != nil
 	if holds == 0 && !unsettled {
 		o.lease.Store(nil) // the next holder's lease is its own
@@ -118,9 +117,6 @@ func (c *Client) returnLocked(o *holder, put, kept func()) {
 	o.unlock()
 	switch {
 	case holds > 0:
-		if kept != nil {
-			kept()
-		}
 	case unsettled:
 		c.settleLater(&o.owner, func() { o.lease.Store(nil); put() })
 	default:

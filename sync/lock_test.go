@@ -940,9 +940,9 @@ func TestFailedUnlockLapsesLease(t *testing.T) {
 	})
 }
 
-// A mutex handle's Unlock that Redis refuses leaves the hold the handle's, also when another
-// call of the handle (a HoldCount, an Extend) takes the owner the moment the release lets go
-// of it: the owner then comes back to the handle in the background, and with it the hold.
+// A mutex handle's Unlock that Redis refuses leaves the hold the handle's at once, so that a
+// repeat of the Unlock finds it — also when another call of the handle (a HoldCount, an
+// Extend) takes the owner the moment the release lets go of it.
 func TestRefusedUnlockKeepsTheHoldWhileItsOwnerIsBusy(t *testing.T) {
 	t.Parallel()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -974,10 +974,19 @@ func TestRefusedUnlockKeepsTheHoldWhileItsOwnerIsBusy(t *testing.T) {
 			t.Fatalf("Unlock refused by Redis: %v, want its error", err)
 		}
 		signalled(t, ctx, took, "the owner taken as the release let go of it")
-		close(letGo)
-		eventually(t, waitFor, "the refused hold the handle's again", mu.Valid)
+		if !mu.Valid() {
+			t.Fatal("not Valid after a refused Unlock: the handle forgot the hold it still has")
+		}
 		must(t, admin.Do(ctx, admin.B().Del().Key(latch).Build()).Error())
-		must(t, mu.Unlock(ctx))
+		unlocked := make(chan error, 1)
+		go func() { unlocked <- mu.Unlock(ctx) }() // its release waits for the owner
+		close(letGo)
+		select {
+		case err := <-unlocked:
+			must(t, err)
+		case <-ctx.Done():
+			t.Fatal("the repeated Unlock did not return")
+		}
 		if exists(t, admin, name) {
 			t.Fatal("the lock is still there after the handle's Unlock")
 		}

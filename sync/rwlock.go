@@ -26,8 +26,8 @@ import (
 //
 // A handle is safe for concurrent use, and goroutines sharing it exclude each other as they
 // would through one sync.RWMutex: each RLock and Lock takes its hold as an owner of its own,
-// each RUnlock ends the oldest read hold and each Unlock the oldest write hold, from any
-// goroutine. As with sync.RWMutex, a goroutine holding a read lock must not take another
+// each RUnlock ends a read hold (a lost one, else the one whose lease ends first) and each
+// Unlock the oldest write hold, from any goroutine. As with sync.RWMutex, a goroutine holding a read lock must not take another
 // while a writer may be waiting (the writer waits for it, the new reader for the writer).
 // Made Reentrant, the handle is one owner, as Lock's is: its read and write holds each nest.
 // Holding the write lock, it may take read locks too (a downgrade, as in Redisson); holding
@@ -51,6 +51,7 @@ func (c *Client) RWLock(name string, opts ...HandleOption) *RWLock {
 	l.read.init(c, name, "read-write lock", "", c.readKind, r, opts)
 	l.write.init(c, name, "read-write lock", ":write", c.lockKind, w, opts)
 	l.read.held.exclusive = false
+	l.read.nothing, l.write.nothing = "the handle holds no read lock", "the handle holds no write lock"
 	if l.read.reentrant {
 		// One owner, as a Java thread is: its write hold is <id>:write, which lets it read.
 		l.write.o.id = l.read.o.id + ":write"
@@ -62,9 +63,9 @@ func (c *Client) RWLock(name string, opts ...HandleOption) *RWLock {
 // Name returns the lock's name, which is its Redis key.
 func (l *RWLock) Name() string { return l.read.Name() }
 
-// Owner returns the owner ID, "<client UUID>:<n>", of the handle's newest hold: the hash
-// field of its read holds, whose write holds are under Owner()+":write" ("" when a handle
-// not Reentrant holds nothing).
+// Owner returns the owner ID, "<client UUID>:<n>", of the hold the handle's next Unlock (or,
+// holding no write lock, RUnlock) ends: the hash field of its read holds, whose write holds
+// are under Owner()+":write" ("" when a handle not Reentrant holds nothing).
 func (l *RWLock) Owner() string {
 	if l.read.reentrant {
 		return l.read.o.id
@@ -138,7 +139,8 @@ func (l *RWLock) mayWrite(ctx context.Context) error {
 	return nil
 }
 
-// RUnlock releases one read hold: the oldest, unless the handle is Reentrant. Its guarantee
+// RUnlock releases one read hold: unless the handle is Reentrant, a lost one, else the one
+// whose lease ends first, so that the holds left cover at least as long. Its guarantee
 // and errors are Lock.Unlock's.
 func (l *RWLock) RUnlock(ctx context.Context) error { return l.read.Unlock(ctx) }
 

@@ -10,9 +10,10 @@ import (
 	"github.com/latchkey/latchkey/pubsub"
 )
 
-// A read-write lock's two sides are variants of exclusive over one hash: the reader's holds
-// are the field <owner> with a timeout key each, the writer's the field <owner>:write. They
-// share the channel, on which every release publishes, and the writers' claims.
+// rwShared is what a read-write lock's two sides share. The sides are variants of exclusive
+// over one hash: the reader's holds are the field <owner> with a timeout key each, the
+// writer's the field <owner>:write. They share the channel, on which every release
+// publishes, and the writers' claims.
 type rwShared struct {
 	channel string // redisson_rwlock:{name}
 	writers string // waiting writers' claims

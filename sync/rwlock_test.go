@@ -402,6 +402,17 @@ func TestRWLockDowngradeAndUpgrade(t *testing.T) {
 		must(t, r.Lock(ctx)) // holding nothing, the same handle may write
 		must(t, r.Unlock(ctx))
 		rwNoKeys(t, rdb, "after the upgrade tests")
+
+		// Refused before the acquisition begins, as a bad argument is: also on a Client whose
+		// Shutdown has begun, which refuses acquisitions.
+		closing, _ := newClient(t, b.Addr)
+		u := closing.RWLock(name, Reentrant())
+		must(t, u.RLock(ctx))
+		closing.stopAcquiring()
+		if err := u.Lock(ctx); !errors.Is(err, ErrWouldDeadlock) {
+			t.Fatalf("upgrade on a Client shutting down: %v, want ErrWouldDeadlock", err)
+		}
+		must(t, u.RUnlock(ctx))
 	})
 }
 
@@ -883,6 +894,24 @@ func TestRWLockOwnersOfOtherNamesNeverMix(t *testing.T) {
 			t.Errorf("RLock of %q took no hold on it", "write:rw-mix")
 		}
 		must(t, r.RUnlock(ctx))
+	})
+}
+
+// An RUnlock or Unlock of a handle that holds nothing on that side says which side.
+func TestRWLockUnlockOfNothingSaysWhichSide(t *testing.T) {
+	t.Parallel()
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t, 10*time.Second)
+		c, _ := newClient(t, b.Addr)
+		rw := c.RWLock("rw:nothing")
+		must(t, rw.Lock(ctx))
+		if err := rw.RUnlock(ctx); !errors.Is(err, ErrNotHeld) || !strings.Contains(err.Error(), "holds no read lock") {
+			t.Errorf("RUnlock of a handle holding only the write lock: %v", err)
+		}
+		must(t, rw.Unlock(ctx))
+		if err := rw.Unlock(ctx); !errors.Is(err, ErrNotHeld) || !strings.Contains(err.Error(), "holds no write lock") {
+			t.Errorf("Unlock of a handle holding nothing: %v", err)
+		}
 	})
 }
 

@@ -113,8 +113,8 @@ func (s *Semaphore) set(ctx context.Context, mode string, n int) (rueidis.RedisM
 }
 
 // AddPermits adds n permits, or takes -n away when n is negative (the count may go below
-// zero: acquisitions then wait until releases bring it back above). n must be in
-// [-2³¹+1, 2³¹-1].
+// zero: acquisitions then wait until releases bring it back above). Like Release, it runs
+// even when ctx is already cancelled. n must be in [-2³¹+1, 2³¹-1].
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 	if err := checkPermits("permits", n, -maxPermits); err != nil {
 		return err

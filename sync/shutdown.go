@@ -80,6 +80,7 @@ func (o *holder) setCount(n int) {
 		}
 	}
 	o.count = n
+	o.holding.Store(n > 0)
 }
 
 // Shutdown gives back everything the Client's handles hold — every lock hold, read or write,

@@ -62,12 +62,18 @@ func (l *exclusive) init(c *Client, name, what, side string, kind *watchdog.Kind
 	cfg, err := handleOptions(opts)
 	l.reentrant, l.key, l.side, l.kind, l.v = cfg.reentrant, ownerKey{what + side, name}, side, kind, v
 	l.held.exclusive, l.nothing = true, "the handle holds nothing"
-	l.o.init(c, name, what, kind)
-	l.o.id += side
+	l.own(&l.o, c, name, what)
 	if l.o.err == nil {
 		l.o.err = err
 	}
-	l.o.releaser = l.releaser(&l.o)
+}
+
+// own makes o a fresh owner of the handle's: its holds leased as l.kind, its ID ending with
+// l.side, its releases l's variant's.
+func (l *exclusive) own(o *holder, c *Client, name, what string) {
+	o.init(c, name, what, l.kind)
+	o.id += l.side
+	o.releaser = l.releaser(o)
 }
 
 // releaser makes o's numbered release of a hold it does not count (see owner.releaser).
@@ -86,9 +92,7 @@ func (l *exclusive) borrow() *holder {
 		return o
 	}
 	o := &holder{}
-	o.init(c, l.o.name, l.o.what, l.kind)
-	o.id += l.side
-	o.releaser = l.releaser(o)
+	l.own(o, c, l.o.name, l.o.what)
 	return o
 }
 
@@ -210,7 +214,20 @@ func (l *exclusive) acquire(ctx context.Context, lease, limit time.Duration, out
 	}
 	switch {
 	case o == &l.o:
-		o.failed(ok, err)
+		// A hold it was not given (taken too late: ErrLockLost), queued to be given back, goes
+		// now, not at the handle's next call, which may be long in coming — or, if op is busy
+		// (a withdrawal), after it.
+		switch {
+		case ok:
+		case o.tryLock():
+			unsettled := o.unsettled != nil
+			o.unlock()
+			if unsettled {
+				o.c.settleLater(&o.owner, func() {})
+			}
+		case errors.Is(err, ErrLockLost):
+			o.c.settleLater(&o.owner, func() {})
+		}
 	case ok:
 		l.held.push(o, o.lease.Load())
 	default:

@@ -383,21 +383,3 @@ func (o *holder) lostCh() <-chan struct{} {
 	}
 	return nil
 }
-
-// failed settles, after an acquisition of a Reentrant handle's own owner that failed with err,
-// a hold it was not given (taken too late: ErrLockLost) and queued to be given back: now, not
-// at the handle's next call, which may be long in coming — or, if op is busy (a withdrawal),
-// after it.
-func (o *holder) failed(ok bool, err error) {
-	switch {
-	case ok:
-	case o.tryLock():
-		unsettled := o.unsettled != nil
-		o.unlock()
-		if unsettled {
-			o.c.settleLater(&o.owner, func() {})
-		}
-	case errors.Is(err, ErrLockLost):
-		o.c.settleLater(&o.owner, func() {})
-	}
-}
